@@ -1,0 +1,35 @@
+# Setup, tests and the local sandbox. Everything runs from this checkout.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+SANDBOX_PREFIX ?= vllmops-sandbox
+SANDBOX_NODES ?= 2
+
+.PHONY: venv test sandbox sandbox-down build clean
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: requirements.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -r requirements.txt
+	touch $@
+
+test: venv
+	$(PY) tests/run.py
+
+sandbox: venv
+	$(PY) tests/sandbox/nodes.py up --prefix $(SANDBOX_PREFIX) --count $(SANDBOX_NODES) \
+	  --inventory inventories/sandbox/hosts.yml >/dev/null
+	ansible-playbook deploy.yml -i inventories/sandbox
+
+sandbox-down:
+	python3 tests/sandbox/nodes.py down --prefix $(SANDBOX_PREFIX)
+	rm -f inventories/sandbox/hosts.yml
+
+build: venv
+	ansible-galaxy collection build --force --output-path build
+
+clean: sandbox-down
+	rm -rf build $(VENV)

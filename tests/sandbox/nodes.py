@@ -1,0 +1,282 @@
+#!/usr/bin/env python3
+"""Simulated hosts for tests and the local sandbox: Docker containers with
+systemd as PID 1, sshd, a sudo user and room for their own dockerd.
+
+    nodes.py ensure-docker          Docker Engine reachable (installs/starts it as root)
+    nodes.py build-image            node image, rebuilt only when its recipe changes
+    nodes.py up   --prefix P --count N [--network NAME ...]
+    nodes.py down --prefix P
+
+`up` prints one JSON document describing the nodes (name, addresses, SSH
+user and key) for create playbooks and inventories. Everything it creates is
+named after the prefix and labelled with it, and `down` removes exactly that.
+
+Test infrastructure only: nothing under roles/ or plugins/ may use it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+RECIPE_DIR = HERE / "node"
+CACHE_DIR = Path(os.environ.get("VLLMOPS_CACHE", Path.home() / ".cache" / "vllmops"))
+STATE_DIR = CACHE_DIR / "sandbox"
+IMAGE_REPO = "vllmops/node"
+SUITE = "bookworm"
+LABEL = "io.vllmops.sandbox"
+SSH_USER = "ops"
+DOCKERD_LOG = Path("/var/log/vllmops-dockerd.log")
+
+# Flags that let systemd run as PID 1 and a nested dockerd work, without
+# --privileged and without the machine's own cgroup tree (notes/infra.md).
+NODE_RUN_FLAGS = [
+    "--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
+    "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
+    "--cgroupns=private",
+    "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp",
+]
+
+
+class SandboxError(Exception):
+    """A failure with a message that says what to do next."""
+
+
+def log(msg: str) -> None:
+    print(f"[sandbox] {msg}", file=sys.stderr, flush=True)
+
+
+def run(argv: list[str], *, check: bool = True, capture: bool = True,
+        input_text: str | None = None, timeout: float | None = None) -> subprocess.CompletedProcess:
+    proc = subprocess.run(argv, text=True, input=input_text, timeout=timeout,
+                          stdout=subprocess.PIPE if capture else None,
+                          stderr=subprocess.PIPE if capture else None)
+    if check and proc.returncode != 0:
+        tail = (proc.stderr or "").strip()[-2000:]
+        raise SandboxError(f"{' '.join(argv[:4])} ... failed (rc={proc.returncode}): {tail}")
+    return proc
+
+
+# --- Docker Engine -----------------------------------------------------------
+
+def docker_answers() -> bool:
+    return subprocess.run(["docker", "info"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode == 0
+
+
+def ensure_docker() -> None:
+    if docker_answers():
+        return
+    if os.geteuid() != 0:
+        raise SandboxError("no Docker Engine answers `docker info`, and installing one needs root: "
+                           "start dockerd (or run this as root) and retry")
+    missing = [pkg for pkg, tool in (("docker.io", "/usr/sbin/dockerd"), ("mmdebstrap", "mmdebstrap"))
+               if shutil.which(tool) is None]
+    if missing:
+        log(f"installing {' '.join(missing)} from Debian")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
+        subprocess.run(["apt-get", "install", "-y", "-qq", *missing], check=True, env=env,
+                       stdout=subprocess.DEVNULL)
+    log(f"starting dockerd (log: {DOCKERD_LOG})")
+    with open(DOCKERD_LOG, "ab") as out:
+        subprocess.Popen(["/usr/sbin/dockerd"], stdout=out, stderr=out, stdin=subprocess.DEVNULL,
+                         start_new_session=True)
+    for _ in range(60):
+        if docker_answers():
+            return
+        time.sleep(1)
+    raise SandboxError(f"dockerd did not answer within 60 s; see {DOCKERD_LOG}")
+
+
+# --- Node image --------------------------------------------------------------
+
+def recipe_packages() -> list[str]:
+    lines = (RECIPE_DIR / "packages.txt").read_text().splitlines()
+    return [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+
+
+def recipe_hash() -> str:
+    """Hash of every file that shapes the image: change one, get a new image."""
+    digest = hashlib.sha256(SUITE.encode())
+    for path in sorted(RECIPE_DIR.rglob("*")):
+        if path.is_file():
+            digest.update(path.relative_to(RECIPE_DIR).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def image_exists(ref: str) -> bool:
+    return run(["docker", "image", "inspect", ref], check=False).returncode == 0
+
+
+def build_image() -> str:
+    """Return the node image reference, building it only when missing."""
+    ensure_docker()
+    tag = recipe_hash()
+    ref = f"{IMAGE_REPO}:{tag}"
+    if image_exists(ref):
+        return ref
+    if shutil.which("mmdebstrap") is None:
+        raise SandboxError("mmdebstrap is missing: apt-get install -y mmdebstrap")
+    base = f"{IMAGE_REPO}-rootfs:{tag}"
+    if not image_exists(base):
+        log(f"building {base} with mmdebstrap ({SUITE}, minbase); about a minute")
+        started = time.monotonic()
+        debstrap = subprocess.Popen(
+            ["mmdebstrap", "--variant=minbase", "--include=" + ",".join(recipe_packages()),
+             SUITE, "-"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        imported = subprocess.run(["docker", "import", "-", base], stdin=debstrap.stdout,
+                                  capture_output=True, text=True)
+        debstrap.stdout.close()
+        err = debstrap.stderr.read().decode(errors="replace")
+        if debstrap.wait() != 0 or imported.returncode != 0:
+            raise SandboxError(f"building the node rootfs failed: {err[-1500:]} {imported.stderr}")
+        log(f"rootfs imported in {time.monotonic() - started:.0f} s")
+    log(f"building {ref}")
+    run(["docker", "build", "--quiet", "--build-arg", f"BASE_IMAGE={base}",
+         "--label", f"{LABEL}.recipe={tag}", "-t", ref, "-t", f"{IMAGE_REPO}:latest",
+         str(RECIPE_DIR)])
+    return ref
+
+
+# --- Nodes -------------------------------------------------------------------
+
+def ssh_key(prefix: str) -> Path:
+    key = STATE_DIR / prefix / "id_ed25519"
+    if not key.exists():
+        key.parent.mkdir(parents=True, exist_ok=True)
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"vllmops-{prefix}", "-f", str(key)])
+    return key
+
+
+def container_ip(name: str, network: str) -> str:
+    fmt = "{{json .NetworkSettings.Networks}}"
+    networks = json.loads(run(["docker", "inspect", "-f", fmt, name]).stdout)
+    return networks[network]["IPAddress"]
+
+
+def ensure_network(name: str, prefix: str) -> None:
+    if run(["docker", "network", "inspect", name], check=False).returncode != 0:
+        run(["docker", "network", "create", "--label", f"{LABEL}={prefix}", name])
+
+
+def start_node(name: str, prefix: str, image: str, networks: list[str]) -> None:
+    run(["docker", "rm", "-f", name], check=False)
+    run(["docker", "run", "-d", "--name", name, "--hostname", name,
+         "--label", f"{LABEL}={prefix}", *NODE_RUN_FLAGS,
+         "--mount", f"type=volume,src={name}-docker,dst=/var/lib/docker",
+         "--network", networks[0], image])
+    for extra in networks[1:]:
+        run(["docker", "network", "connect", extra, name])
+
+
+def authorize_key(name: str, pubkey: str) -> None:
+    run(["docker", "exec", "-i", name, "sh", "-c",
+         f"cat > /home/{SSH_USER}/.ssh/authorized_keys && chown {SSH_USER}: /home/{SSH_USER}/.ssh/authorized_keys"
+         f" && chmod 0600 /home/{SSH_USER}/.ssh/authorized_keys"], input_text=pubkey)
+
+
+def wait_for_ssh(address: str, key: Path, deadline_s: float = 90) -> None:
+    argv = ["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+            "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=3",
+            f"{SSH_USER}@{address}", "systemctl is-system-running --wait >/dev/null; true"]
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if run(argv, check=False, timeout=60).returncode == 0:
+            return
+        time.sleep(1)
+    raise SandboxError(f"no SSH login to {address} within {deadline_s:.0f} s "
+                       "(docker logs on the node container shows why)")
+
+
+def up(prefix: str, count: int, networks: list[str]) -> dict:
+    image = build_image()
+    networks = networks or [f"{prefix}-mgmt"]
+    for net in networks:
+        ensure_network(net, prefix)
+    key = ssh_key(prefix)
+    pubkey = key.with_suffix(".pub").read_text()
+    names = [f"{prefix}-node{i}" for i in range(1, count + 1)]
+    for name in names:
+        start_node(name, prefix, image, networks)
+        authorize_key(name, pubkey)
+    nodes = []
+    for name in names:
+        addresses = {net: container_ip(name, net) for net in networks}
+        wait_for_ssh(addresses[networks[0]], key)
+        nodes.append({"name": name, "address": addresses[networks[0]], "addresses": addresses})
+    log(f"{len(nodes)} node(s) up: " + ", ".join(f"{n['name']}={n['address']}" for n in nodes))
+    return {"image": image, "user": SSH_USER, "identity_file": str(key), "networks": networks,
+            "nodes": nodes}
+
+
+def write_inventory(path: Path, cluster: dict) -> None:
+    """An Ansible inventory of the nodes, in the shape of inventories/spark."""
+    hosts = "".join(f"        {n['name']}:\n          ansible_host: {n['address']}\n" for n in cluster["nodes"])
+    path.write_text(
+        "---\n# Written by tests/sandbox/nodes.py up; removed by make sandbox-down.\n"
+        "all:\n  children:\n    vllm_nodes:\n      hosts:\n" + hosts +
+        f"      vars:\n        ansible_user: {cluster['user']}\n"
+        f"        ansible_ssh_private_key_file: {cluster['identity_file']}\n"
+        "        ansible_ssh_common_args: -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null\n")
+    log(f"inventory written to {path}")
+
+
+def down(prefix: str) -> None:
+    """Remove the prefix's containers, their volumes and networks, by name."""
+    if not docker_answers():
+        return
+    label = f"label={LABEL}={prefix}"
+    names = run(["docker", "ps", "-a", "--filter", label, "--format", "{{.Names}}"]).stdout.split()
+    if names:
+        run(["docker", "rm", "-f", "-v", *names])
+        run(["docker", "volume", "rm", *[f"{n}-docker" for n in names]], check=False)
+    nets = run(["docker", "network", "ls", "--filter", label, "--format", "{{.Name}}"]).stdout.split()
+    if nets:
+        run(["docker", "network", "rm", *nets])
+    log(f"removed {len(names)} node(s) and {len(nets)} network(s) of {prefix}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("ensure-docker")
+    sub.add_parser("build-image")
+    p_up = sub.add_parser("up")
+    p_up.add_argument("--prefix", required=True)
+    p_up.add_argument("--count", type=int, default=2)
+    p_up.add_argument("--network", action="append", default=[],
+                      help="network to attach (first = management, the SSH address); repeatable")
+    p_up.add_argument("--inventory", type=Path, help="also write an Ansible inventory of the nodes here")
+    p_down = sub.add_parser("down")
+    p_down.add_argument("--prefix", required=True)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "ensure-docker":
+            ensure_docker()
+        elif args.command == "build-image":
+            print(build_image())
+        elif args.command == "up":
+            cluster = up(args.prefix, args.count, args.network)
+            if args.inventory:
+                write_inventory(args.inventory, cluster)
+            print(json.dumps(cluster, indent=2))
+        else:
+            down(args.prefix)
+    except SandboxError as err:
+        print(f"sandbox: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
