@@ -5,8 +5,8 @@ timed, all of them run even after a failure, then one closing line:
     N passed, N failed
 
 Gates: the test harness (Docker Engine + node image), yamllint, ansible-lint
-(profile production), ruff, pytest, ansible-test sanity on plugins/, and the
-molecule scenarios. `--only NAME` (repeatable) runs a subset.
+(profile production), ruff, pytest, ansible-test sanity on plugins/, the built
+collection installed and used, and the molecule scenarios. `--only NAME` (repeatable) runs a subset.
 """
 
 from __future__ import annotations
@@ -87,6 +87,24 @@ def gate_sanity() -> int:
                   cwd=dest, env=env)
 
 
+def gate_package() -> int:
+    """The built tarball installs, and its playbooks and plugins resolve from
+    the install, with this checkout's ansible.cfg out of the way."""
+    with tempfile.TemporaryDirectory(prefix="vllmops-package-") as tmp:
+        Path(tmp, "ansible.cfg").write_text("[defaults]\n")
+        env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_CONFIG=f"{tmp}/ansible.cfg",
+                   ANSIBLE_COLLECTIONS_PATH=f"{tmp}/installed")
+        tarball = f"{tmp}/vllmops-cluster.tar.gz"
+        return (sh([tool("ansible-galaxy"), "collection", "build", "--output-path", tmp], env=env)
+                or sh(["sh", "-c", f"mv {tmp}/vllmops-cluster-*.tar.gz {tarball}"])
+                or sh([tool("ansible-galaxy"), "collection", "install", "--no-deps", "-p", f"{tmp}/installed",
+                       tarball], env=env)
+                or sh([tool("ansible-doc"), "-t", "filter", "vllmops.cluster.docker_daemon_json"], cwd=Path(tmp),
+                      env=env)
+                or sh([tool("ansible-playbook"), "--syntax-check", "-i", "localhost,", "vllmops.cluster.deploy"],
+                      cwd=Path(tmp), env=env))
+
+
 def gate_molecule() -> int:
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}")
     return sh([tool("molecule"), "test", "--all"], env=env)
@@ -99,6 +117,7 @@ GATES = {
     "ruff": gate_ruff,
     "pytest": gate_pytest,
     "sanity": gate_sanity,
+    "package": gate_package,
     "molecule": gate_molecule,
 }
 
