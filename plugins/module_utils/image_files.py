@@ -1,0 +1,272 @@
+# Copyright: vllmops.cluster contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Read a few files out of a Docker image without running it and without
+exporting it.
+
+Two ways in, the fastest that works:
+
+* ``OverlayLayers``: the image's overlay2 layer directories on the host
+  (``docker image inspect`` → GraphDriver), merged the way overlayfs merges
+  them (whiteouts, opaque directories, symlinks resolved inside the image).
+  Cost follows the files read, not the image size. Needs read access to
+  Docker's data root (root).
+* ``CreatedContainer``: a created, never started container and
+  ``docker cp CONTAINER:PATH -`` for each file; works with any storage
+  driver, costs one docker call per file.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import posixpath
+import stat
+import tarfile
+
+_MAX_SYMLINKS = 40
+_OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
+
+
+class ImageFilesError(Exception):
+    """The image's files cannot be read this way."""
+
+
+def _normalize(path: str) -> str:
+    return posixpath.normpath("/" + path.lstrip("/"))
+
+
+class _ImageFiles:
+    """Common interface: paths are absolute paths inside the image."""
+
+    # Whether listing a large directory (/, /opt, site-packages) is cheap.
+    cheap_listing = True
+
+    def read_bytes(self, path: str) -> bytes | None:
+        raise NotImplementedError
+
+    def listdir(self, path: str) -> list[str] | None:
+        raise NotImplementedError
+
+    def is_dir(self, path: str) -> bool:
+        raise NotImplementedError
+
+    def read_text(self, path: str) -> str | None:
+        data = self.read_bytes(path)
+        return None if data is None else data.decode("utf-8", errors="replace")
+
+    def exists(self, path: str) -> bool:
+        return self.is_dir(path) or self.read_bytes(path) is not None
+
+    def close(self) -> None:
+        """Release what the reader holds (a created container)."""
+
+
+class OverlayLayers(_ImageFiles):
+    """Files of an image from its overlay2 layer directories (top layer first)."""
+
+    def __init__(self, layer_dirs: list[str]) -> None:
+        if not layer_dirs:
+            raise ImageFilesError("the image reports no overlay2 layer directories")
+        unreadable = [d for d in layer_dirs if not os.access(d, os.R_OK | os.X_OK)]
+        if unreadable:
+            raise ImageFilesError(f"cannot read the layer directory {unreadable[0]} (run as root)")
+        self.layers = layer_dirs
+
+    @classmethod
+    def from_graph_driver(cls, graph_driver: dict) -> OverlayLayers:
+        if (graph_driver or {}).get("Name") != "overlay2":
+            raise ImageFilesError(f"storage driver is {(graph_driver or {}).get('Name')!r}, not overlay2")
+        data = graph_driver.get("Data") or {}
+        layers = [data["UpperDir"]] if data.get("UpperDir") else []
+        layers += [d for d in (data.get("LowerDir") or "").split(":") if d]
+        return cls(layers)
+
+    # -- overlayfs semantics -------------------------------------------------
+
+    @staticmethod
+    def _is_whiteout(layer: str, logical: str, st: os.stat_result) -> bool:
+        if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+            return True
+        parent, name = posixpath.split(logical)
+        return os.path.lexists(layer + posixpath.join(parent, ".wh." + name))
+
+    @staticmethod
+    def _is_opaque(real_dir: str) -> bool:
+        for attr in _OPAQUE_XATTRS:
+            try:
+                if os.getxattr(real_dir, attr, follow_symlinks=False) == b"y":
+                    return True
+            except OSError:
+                pass
+        return os.path.lexists(os.path.join(real_dir, ".wh..wh..opq"))
+
+    def _hides_lower(self, layer: str, logical: str) -> bool:
+        """Whether this layer hides `logical` in every layer below it."""
+        parent, name = posixpath.split(logical)
+        if os.path.lexists(layer + posixpath.join(parent, ".wh." + name)):
+            return True
+        ancestor = parent
+        while True:
+            try:
+                st = os.lstat(layer + ancestor)
+            except FileNotFoundError:
+                if ancestor == "/":
+                    return False
+                ancestor = posixpath.dirname(ancestor)
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                return True  # a whiteout or a file replaced the directory
+            return self._is_opaque(layer + ancestor)
+
+    def _entry(self, logical: str) -> tuple[str, os.stat_result] | None:
+        """The topmost visible (real path, lstat) of a resolved path."""
+        for layer in self.layers:
+            real = layer + logical
+            try:
+                st = os.lstat(real)
+            except FileNotFoundError:
+                if self._hides_lower(layer, logical):
+                    return None
+                continue
+            if self._is_whiteout(layer, logical, st):
+                return None
+            return real, st
+        return None
+
+    def _resolve(self, path: str, follow_last: bool = True) -> tuple[str, tuple[str, os.stat_result] | None]:
+        """Resolve symlinks inside the image; return (logical path, entry)."""
+        pending = _normalize(path).strip("/").split("/")
+        current = "/"
+        hops = 0
+        entry = None
+        while pending:
+            part = pending.pop(0)
+            if part in ("", "."):
+                continue
+            if part == "..":
+                current = posixpath.dirname(current)
+                continue
+            candidate = posixpath.join(current, part)
+            entry = self._entry(candidate)
+            if entry is None:
+                return candidate, None
+            real, st = entry
+            if stat.S_ISLNK(st.st_mode) and (pending or follow_last):
+                hops += 1
+                if hops > _MAX_SYMLINKS:
+                    raise ImageFilesError(f"too many symlinks resolving {path}")
+                target = os.readlink(real)
+                base = "/" if target.startswith("/") else current
+                pending = _normalize(posixpath.join(base, target)).strip("/").split("/") + pending
+                current = "/"
+                continue
+            current = candidate
+        if current == "/":
+            return "/", ("/", os.lstat(self.layers[-1]))
+        return current, entry
+
+    # -- public --------------------------------------------------------------
+
+    def read_bytes(self, path: str) -> bytes | None:
+        _, entry = self._resolve(path)
+        if entry is None or not stat.S_ISREG(entry[1].st_mode):
+            return None
+        with open(entry[0], "rb") as handle:
+            return handle.read()
+
+    def is_dir(self, path: str) -> bool:
+        _, entry = self._resolve(path)
+        return entry is not None and stat.S_ISDIR(entry[1].st_mode)
+
+    def listdir(self, path: str) -> list[str] | None:
+        logical, entry = self._resolve(path)
+        if entry is None or not stat.S_ISDIR(entry[1].st_mode):
+            return None
+        names: set[str] = set()
+        hidden: set[str] = set()
+        for layer in self.layers:
+            real = layer + logical if logical != "/" else layer
+            if not os.path.lexists(real):
+                if logical != "/" and self._hides_lower(layer, logical):
+                    break
+                continue
+            if os.path.islink(real) or not os.path.isdir(real):
+                break  # a whiteout or a non-directory hides the lower layers
+            for name in os.listdir(real):
+                if name == ".wh..wh..opq":
+                    continue
+                if name.startswith(".wh."):
+                    hidden.add(name[4:])
+                    continue
+                st = os.lstat(os.path.join(real, name))
+                if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+                    hidden.add(name)
+                elif name not in hidden:
+                    names.add(name)
+            if self._is_opaque(real):
+                break
+        return sorted(names)
+
+
+class CreatedContainer(_ImageFiles):
+    """Files of an image through a created (never started) container."""
+
+    cheap_listing = False  # listing copies the whole directory tree
+
+    def __init__(self, run_command, docker: str, image: str) -> None:
+        self._run = run_command
+        self._docker = docker
+        # The entrypoint is never run: the container is only created.
+        rc, out, err = self._run([docker, "create", "--entrypoint", "/vllmops-probe-never-started",
+                                  "--label", "io.vllmops.probe=1", image])
+        if rc != 0:
+            raise ImageFilesError(f"docker create {image} failed: {err.strip()}")
+        self.container = out.strip()
+        self._tars: dict[str, tarfile.TarFile | None] = {}
+
+    def _tar(self, path: str) -> tarfile.TarFile | None:
+        path = _normalize(path)
+        if path not in self._tars:
+            rc, out, _ = self._run([self._docker, "cp", f"{self.container}:{path}", "-"], binary=True)
+            self._tars[path] = tarfile.open(fileobj=io.BytesIO(out)) if rc == 0 and out else None
+        return self._tars[path]
+
+    def _member(self, path: str, hops: int = 0) -> tuple[tarfile.TarFile, tarfile.TarInfo] | None:
+        tar = self._tar(path)
+        if tar is None:
+            return None
+        members = tar.getmembers()
+        if not members:
+            return None
+        top = members[0]
+        if top.issym():
+            if hops >= _MAX_SYMLINKS:
+                raise ImageFilesError(f"too many symlinks resolving {path}")
+            base = "/" if top.linkname.startswith("/") else posixpath.dirname(_normalize(path))
+            return self._member(posixpath.join(base, top.linkname), hops + 1)
+        return tar, top
+
+    def read_bytes(self, path: str) -> bytes | None:
+        found = self._member(path)
+        if found is None or not found[1].isfile():
+            return None
+        return found[0].extractfile(found[1]).read()
+
+    def is_dir(self, path: str) -> bool:
+        found = self._member(path)
+        return found is not None and found[1].isdir()
+
+    def listdir(self, path: str) -> list[str] | None:
+        """Lists a directory by copying it whole: use on small directories only."""
+        found = self._member(path)
+        if found is None or not found[1].isdir():
+            return None
+        tar, top = found
+        prefix = top.name.rstrip("/") + "/"
+        return sorted({m.name[len(prefix):].split("/")[0] for m in tar.getmembers()
+                       if m.name.startswith(prefix) and m.name != prefix})
+
+    def close(self) -> None:
+        if getattr(self, "container", None):
+            self._run([self._docker, "rm", "-f", self.container])
+            self.container = None

@@ -1,0 +1,218 @@
+#!/usr/bin/python
+# Copyright: vllmops.cluster contributors
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: image_probe
+short_description: Tell what a Docker image holds (vLLM version, flags, architectures) without running it
+version_added: 0.1.0
+description:
+  - Reads a few files out of an image on the target host's Docker Engine, never starting it, never
+    importing vLLM and never needing a GPU. With the overlay2 storage driver it reads the layer directories
+    directly; otherwise it copies single files out of a created, never started, container.
+  - Reports the image (ID, tags, CPU architecture compared with the host's, entrypoint, CUDA/NVIDIA
+    environment), its Python, its vLLM (version, every option C(vllm serve) accepts, the model
+    architectures its registry knows, multi-node modes) and the versions of Ray, torch, transformers and NCCL.
+  - The flags and architectures are derived statically from the image's own vLLM source with Python's C(ast).
+  - Optionally validates C(vllm serve) flags and model architectures against the image, with close-match
+    suggestions for unknown flags.
+  - Results are cached on the host by image ID (C(/var/cache/vllmops/image_probe) as root); a new image
+    under the same tag has a new ID and is probed afresh.
+options:
+  image:
+    description: Image name:tag, ID or digest, present on the target host's Docker Engine.
+    type: str
+    required: true
+  flags:
+    description:
+      - C(vllm serve) arguments to validate, either a list of argv strings
+        (C(["--tensor-parallel-size", "2"])) or a mapping written like group_vars
+        (C({tensor_parallel_size: 2, enable_prefix_caching: true})), turned into argv exactly as the
+        P(vllmops.cluster.vllm_cli_args#filter) filter does.
+    type: raw
+  model_architectures:
+    description: Architectures from the model's C(config.json) (its C(architectures) list) to check.
+    type: list
+    elements: str
+  fail_on_invalid:
+    description: Fail, with one paragraph naming each problem, when a flag or architecture is not supported.
+    type: bool
+    default: true
+  use_cache:
+    description: Answer from the per-image-ID cache when it has the image.
+    type: bool
+    default: true
+  docker_cli:
+    description: The docker client to run.
+    type: str
+    default: docker
+attributes:
+  check_mode:
+    support: full
+    description: Reads only; runs the same in check mode.
+  diff_mode:
+    support: none
+  idempotent:
+    support: full
+    description: Never changes the host (the result cache aside).
+author:
+  - vllmops.cluster developers
+"""
+
+EXAMPLES = r"""
+- name: Probe the serving image
+  vllmops.cluster.image_probe:
+    image: vllm/vllm-openai:v0.17.1
+  register: probe
+
+- name: Refuse flags this vLLM does not accept, before anything is stopped
+  vllmops.cluster.image_probe:
+    image: "{{ vllm_image }}"
+    flags:
+      tensor_parallel_size: 2
+      enable_prefix_caching: true
+      max_model_len: 32768
+    model_architectures: "{{ (lookup('file', model_dir ~ '/config.json') | from_json).architectures }}"
+
+- name: Only report
+  vllmops.cluster.image_probe:
+    image: "{{ vllm_image }}"
+    flags: [--num-scheduler-steps, "10"]
+    fail_on_invalid: false
+  register: probe
+"""
+
+RETURN = r"""
+image:
+  description: The image as Docker describes it.
+  returned: always
+  type: dict
+  contains:
+    id: {description: Image ID (sha256:...)., type: str}
+    repo_tags: {description: Tags., type: list, elements: str}
+    repo_digests: {description: Digests., type: list, elements: str}
+    architecture: {description: CPU architecture of the image (amd64, arm64)., type: str}
+    os: {description: Operating system of the image., type: str}
+    variant: {description: Architecture variant (v8 ...) or null., type: str}
+    size: {description: Size in bytes., type: int}
+    created: {description: Creation time., type: str}
+    entrypoint: {description: Entrypoint., type: list, elements: str}
+    cmd: {description: Default command., type: list, elements: str}
+    env: {description: "CUDA_*, NVIDIA_*, NCCL*, VLLM_*, PYTHON*, TORCH*, VIRTUAL_ENV, LD_LIBRARY_PATH and PATH.", type: dict}
+    labels: {description: Image labels., type: dict}
+    host_architecture: {description: The host's CPU architecture in the same spelling., type: str}
+    architecture_mismatch: {description: True when the image cannot run natively on this host., type: bool}
+python:
+  description: The image's Python, null when it has none.
+  returned: always
+  type: dict
+  contains:
+    version: {description: Version (3.12 or 3.12.7 when the image says)., type: str}
+    executables: {description: python3 executables found., type: list, elements: str}
+    site_packages: {description: The site-packages directory that holds vLLM (or the first one found)., type: str}
+    searched: {description: Every site-packages directory looked at., type: list, elements: str}
+vllm:
+  description: The image's vLLM, null when it has none.
+  returned: always
+  type: dict
+  contains:
+    version: {description: vLLM version., type: str}
+    path: {description: Directory of the vllm package., type: str}
+    entrypoint: {description: "How the image starts vLLM: C(vllm serve), C(api_server) (python -m vllm.entrypoints.openai.api_server) or C(other)."}
+    flags: {description: "Sorted list of every option string C(vllm serve) accepts (long, short, C(--no-...) negations)."}
+    negatable_flags: {description: Flags that have a C(--no-...) form., type: list, elements: str}
+    store_true_flags: {description: Flags that take no value and are false by default., type: list, elements: str}
+    value_boolean_flags: {description: Flags that take C(true)/C(false) as a value., type: list, elements: str}
+    deprecated_flags: {description: Flags the version marks deprecated (accepted with a warning)., type: list, elements: str}
+    parser_features: {description: "What the parser rewrites: underscores, dash_o (C(-O3)), dotted_keys (C(--x.y=z)), allow_abbrev.", type: dict}
+    architectures: {description: Sorted model architecture names the model registry knows., type: list, elements: str}
+    multinode: {description: "Multi-node modes: ray (Ray executor), native (C(--nnodes/--node-rank/--master-addr/--headless)), data_parallel.", type: dict}
+    multinode_modes: {description: The names of the supported multi-node modes., type: list, elements: str}
+packages:
+  description: Versions of ray, torch, transformers, nvidia-nccl, triton and flashinfer; null when absent.
+  returned: always
+  type: dict
+validation:
+  description: Present when O(flags) or O(model_architectures) were given.
+  returned: when flags or model_architectures are given
+  type: dict
+  contains:
+    ok: {description: True when every flag and architecture is supported., type: bool}
+    argv: {description: The argv that was checked (the mapping form rendered)., type: list, elements: str}
+    unknown_flags: {description: "Each unknown flag: C(flag), C(suggestions), C(reason)."}
+    deprecated_flags: {description: Given flags the version marks deprecated., type: list, elements: str}
+    unsupported_architectures: {description: Given architectures the registry does not know., type: list, elements: str}
+    messages: {description: One paragraph per problem., type: list, elements: str}
+cached:
+  description: True when the answer came from the per-image-ID cache.
+  returned: always
+  type: bool
+backend:
+  description: How the files were read, C(overlay2) (layer directories) or C(container) (created container).
+  returned: always
+  type: str
+notes:
+  description: What was not found and where it was looked for.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe import (
+    Docker,
+    ProbeError,
+    probe_image,
+    validate,
+)
+from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_cli import CliArgsError
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            image=dict(type="str", required=True),
+            flags=dict(type="raw"),
+            model_architectures=dict(type="list", elements="str"),
+            fail_on_invalid=dict(type="bool", default=True),
+            use_cache=dict(type="bool", default=True),
+            docker_cli=dict(type="str", default="docker"),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    module.run_command_environ_update = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
+
+    def run(argv, binary=False):
+        if binary:
+            return module.run_command(argv, binary_data=True, encoding=None)
+        return module.run_command(argv)
+
+    docker = Docker(run, module.get_bin_path(params["docker_cli"]) or params["docker_cli"])
+    try:
+        result = probe_image(docker, params["image"], use_cache=params["use_cache"])
+        if params["flags"] is not None or params["model_architectures"]:
+            result["validation"] = validate(result, params["flags"], params["model_architectures"])
+    except (ProbeError, CliArgsError) as err:
+        module.fail_json(msg=f"probing image {params['image']}: {err}")
+    except Exception as err:  # an image laid out in a way the probe did not expect
+        module.fail_json(msg=f"probing image {params['image']}: unexpected {type(err).__name__}: {err}",
+                         exception=traceback.format_exc())
+    if result["image"]["architecture_mismatch"]:
+        module.warn(f"image {params['image']} is built for {result['image']['architecture']}, this host is "
+                    f"{result['image']['host_architecture']}: it would fail with 'exec format error'")
+    validation = result.get("validation")
+    if validation:
+        for flag in validation["deprecated_flags"]:
+            module.warn(f"{flag} is deprecated in vLLM {result['vllm']['version']}")
+        if not validation["ok"] and params["fail_on_invalid"]:
+            module.fail_json(msg=" ".join(validation["messages"]), **result)
+    module.exit_json(changed=False, **result)
+
+
+if __name__ == "__main__":
+    main()
