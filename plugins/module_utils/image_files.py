@@ -31,6 +31,13 @@ class ImageFilesError(Exception):
     """The image's files cannot be read this way."""
 
 
+def _lstat(path: str) -> os.stat_result | None:
+    try:
+        return os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
 def _normalize(path: str) -> str:
     return posixpath.normpath("/" + path.lstrip("/"))
 
@@ -71,6 +78,7 @@ class OverlayLayers(_ImageFiles):
         if unreadable:
             raise ImageFilesError(f"cannot read the layer directory {unreadable[0]} (run as root)")
         self.layers = layer_dirs
+        self._states: dict[tuple[str, str], str] = {}
 
     @classmethod
     def from_graph_driver(cls, graph_driver: dict) -> OverlayLayers:
@@ -100,37 +108,50 @@ class OverlayLayers(_ImageFiles):
                 pass
         return os.path.lexists(os.path.join(real_dir, ".wh..wh..opq"))
 
-    def _hides_lower(self, layer: str, logical: str) -> bool:
-        """Whether this layer hides `logical` in every layer below it."""
-        parent, name = posixpath.split(logical)
-        if os.path.lexists(layer + posixpath.join(parent, ".wh." + name)):
-            return True
-        ancestor = parent
-        while True:
-            try:
-                st = os.lstat(layer + ancestor)
-            except FileNotFoundError:
-                if ancestor == "/":
-                    return False
-                ancestor = posixpath.dirname(ancestor)
-                continue
+    def _dir_state(self, layer: str, directory: str) -> str:
+        """How one layer treats a directory: "present", "opaque" (present and
+        hiding the lower layers' content), "absent" (lower layers show
+        through) or "hidden" (a whiteout, a file or an opaque parent hides
+        the lower layers' directory). Memoized: a probe asks about the same
+        few directories in every layer."""
+        key = (layer, directory)
+        if key not in self._states:
+            self._states[key] = self._compute_dir_state(layer, directory)
+        return self._states[key]
+
+    def _compute_dir_state(self, layer: str, directory: str) -> str:
+        st = _lstat(layer + directory)
+        if st is not None:
             if not stat.S_ISDIR(st.st_mode):
-                return True  # a whiteout or a file replaced the directory
-            return self._is_opaque(layer + ancestor)
+                return "hidden"
+            return "opaque" if directory != "/" and self._is_opaque(layer + directory) else "present"
+        if directory == "/":
+            return "absent"
+        parent, name = posixpath.split(directory)
+        parent_state = self._dir_state(layer, parent)
+        if parent_state in ("present", "opaque"):
+            if parent_state == "opaque" or os.path.lexists(layer + posixpath.join(parent, ".wh." + name)):
+                return "hidden"
+            return "absent"
+        return parent_state
 
     def _entry(self, logical: str) -> tuple[str, os.stat_result] | None:
         """The topmost visible (real path, lstat) of a resolved path."""
+        parent, name = posixpath.split(logical)
         for layer in self.layers:
-            real = layer + logical
-            try:
-                st = os.lstat(real)
-            except FileNotFoundError:
-                if self._hides_lower(layer, logical):
-                    return None
-                continue
-            if self._is_whiteout(layer, logical, st):
+            parent_state = self._dir_state(layer, parent)
+            if parent_state == "hidden":
                 return None
-            return real, st
+            if parent_state == "absent":
+                continue
+            real = layer + logical
+            st = _lstat(real)
+            if st is not None:
+                if self._is_whiteout(layer, logical, st):
+                    return None
+                return real, st
+            if parent_state == "opaque" or os.path.lexists(layer + posixpath.join(parent, ".wh." + name)):
+                return None
         return None
 
     def _resolve(self, path: str, follow_last: bool = True) -> tuple[str, tuple[str, os.stat_result] | None]:
@@ -185,13 +206,12 @@ class OverlayLayers(_ImageFiles):
         names: set[str] = set()
         hidden: set[str] = set()
         for layer in self.layers:
-            real = layer + logical if logical != "/" else layer
-            if not os.path.lexists(real):
-                if logical != "/" and self._hides_lower(layer, logical):
-                    break
+            state = self._dir_state(layer, logical)
+            if state == "hidden":
+                break
+            if state == "absent":
                 continue
-            if os.path.islink(real) or not os.path.isdir(real):
-                break  # a whiteout or a non-directory hides the lower layers
+            real = layer + logical if logical != "/" else layer
             for name in os.listdir(real):
                 if name == ".wh..wh..opq":
                     continue
@@ -203,7 +223,7 @@ class OverlayLayers(_ImageFiles):
                     hidden.add(name)
                 elif name not in hidden:
                     names.add(name)
-            if self._is_opaque(real):
+            if state == "opaque":
                 break
         return sorted(names)
 

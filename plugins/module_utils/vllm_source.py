@@ -179,6 +179,7 @@ class VllmSource:
         self._read_text = read_text
         self._modules: dict[str, _Module | None] = {}
         self._optional_valued_rule: bool | None = None
+        self._inverse_prefixes: dict | None = None
 
     # -- modules and names ----------------------------------------------------
 
@@ -314,7 +315,7 @@ class VllmSource:
             return self.type_atoms(module, node.left, depth + 1) | self.type_atoms(module, node.right, depth + 1)
         if isinstance(node, ast.Subscript):
             head = _dotted_name(node.value).split(".")[-1]
-            if head in {"Optional", "Union", "Annotated"}:
+            if head in {"Optional", "Union", "Annotated", "SkipValidation", "Final"}:
                 elements = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
                 if head == "Annotated":
                     elements = elements[:1]
@@ -422,17 +423,42 @@ class VllmSource:
         raise VllmSourceError("found neither vllm/entrypoints/cli/serve.py nor vllm/scripts.py: "
                               "cannot tell which flags `vllm serve` accepts")
 
+    def _flexible_parser(self) -> tuple[_Module, ast.ClassDef] | None:
+        for name in ("vllm.utils.argparse_utils", "vllm.utils"):
+            module = self.module(name)
+            if module is not None and isinstance(module.defs.get("FlexibleArgumentParser"), ast.ClassDef):
+                return module, module.defs["FlexibleArgumentParser"]
+        return None
+
+    def inverse_prefixes(self) -> dict:
+        """Newer parsers register a BooleanOptionalAction replacement that also
+        pairs --enable-x with --disable-x (its `_inverse_prefixes`)."""
+        if self._inverse_prefixes is None:
+            self._inverse_prefixes = {}
+            found = self._flexible_parser()
+            if found is not None:
+                module, cls = found
+                for call in ast.walk(cls):
+                    if (isinstance(call, ast.Call) and _dotted_name(call.func).endswith(".register")
+                            and len(call.args) == 3 and isinstance(call.args[0], ast.Constant)
+                            and call.args[0].value == "action"
+                            and _dotted_name(call.args[1]).endswith("BooleanOptionalAction")):
+                        replacement = self.resolve(module, _dotted_name(call.args[2]))
+                        if isinstance(replacement, _ClassVal):
+                            member = self.class_member(replacement, "_inverse_prefixes")
+                            if member and isinstance(member[1], ast.Dict):
+                                self._inverse_prefixes = {
+                                    k.value: v.value for k, v in zip(member[1].keys, member[1].values, strict=True)
+                                    if isinstance(k, ast.Constant) and isinstance(v, ast.Constant)}
+        return self._inverse_prefixes
+
     def parser_features(self) -> dict:
         """What FlexibleArgumentParser does to argv before argparse sees it."""
         features = {"underscores": False, "dash_o": False, "dotted_keys": False, "allow_abbrev": True}
-        cls = None
-        for name in ("vllm.utils.argparse_utils", "vllm.utils", "vllm.utils.__init__"):
-            module = self.module(name)
-            if module is not None and "FlexibleArgumentParser" in module.defs:
-                cls = module.defs["FlexibleArgumentParser"]
-                break
-        if cls is None:
+        found = self._flexible_parser()
+        if found is None:
             return features
+        cls = found[1]
         text = ast.unparse(cls)
         features["underscores"] = bool(re.search(r"replace\(['\"]_['\"],\s*['\"]-['\"]\)", text))
         features["dash_o"] = bool(re.search(r"startswith\(['\"]-O['\"]\)", text))
@@ -857,6 +883,8 @@ class _Interpreter:
         flags = set(options)
         if action == "BooleanOptionalAction":
             negations = {"--no-" + o[2:] for o in options if o.startswith("--")}
+            for prefix, inverse in self.src.inverse_prefixes().items():
+                negations |= {inverse + o[len(prefix):] for o in options if o.startswith(prefix)}
             flags |= negations
             self.result.negatable |= set(options)
         if action == "store_true":
