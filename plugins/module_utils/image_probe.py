@@ -1,5 +1,5 @@
 # Copyright: vllmops.cluster contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What a Docker image holds, read from its files: Python, vLLM (version,
 `vllm serve` flags, model architectures, multi-node modes) and the packages
 that matter for serving. Never runs the image, never imports vLLM.
@@ -17,8 +17,16 @@ import posixpath
 import re
 import tempfile
 
-from ansible_collections.vllmops.cluster.plugins.module_utils.image_files import CreatedContainer, ImageFilesError, OverlayLayers
-from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_cli import describe_unknown, settings_to_argv, validate_argv
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_files import (
+    CreatedContainer,
+    ImageFilesError,
+    OverlayLayers,
+)
+from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_cli import (
+    describe_unknown,
+    settings_to_argv,
+    validate_argv,
+)
 from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_source import VllmSource, VllmSourceError
 
 # Bump when what the probe extracts changes: cached results of older probes are ignored.
@@ -58,7 +66,7 @@ class Docker:
         self.binary = binary
 
     def check_engine(self) -> None:
-        rc, _, err = self.run([self.binary, "version", "--format", "{{.Server.Version}}"])
+        rc, _out, err = self.run([self.binary, "version", "--format", "{{.Server.Version}}"])
         if rc != 0:
             raise ProbeError("Docker Engine does not answer on this host (" + err.strip()[-300:] +
                              "); start it, or apply the vllmops.cluster.docker role")
@@ -75,7 +83,8 @@ class Docker:
 # -- image summary -------------------------------------------------------------
 
 def _env_map(env_list: list | None) -> dict:
-    return dict(item.split("=", 1) if "=" in item else (item, "") for item in env_list or [])
+    pairs = (item.partition("=") for item in env_list or [])
+    return {key: value for key, _sep, value in pairs}
 
 
 def summarize_image(inspect: dict) -> dict:
@@ -123,7 +132,7 @@ def _fixed_site_dirs(env: dict) -> list[str]:
         for minor in range(14, 7, -1):
             for sub in ("site-packages", "dist-packages"):
                 dirs.append(f"{root}/lib/python3.{minor}/{sub}")
-    return dirs + ["/usr/lib/python3/dist-packages"]
+    return [*dirs, "/usr/lib/python3/dist-packages"]
 
 
 def _candidate_site_dirs(files, env: dict) -> list[str]:
@@ -306,14 +315,21 @@ def write_cache(image_id: str, directory: str, result: dict) -> None:
 
 # -- the probe ----------------------------------------------------------------------
 
-def open_image_files(docker: Docker, inspect: dict):
+def open_image_files(docker: Docker, inspect: dict, backend: str = "auto"):
+    if backend in ("auto", "overlay2"):
+        try:
+            return OverlayLayers.from_graph_driver(inspect.get("GraphDriver") or {}), "overlay2"
+        except ImageFilesError as err:
+            if backend == "overlay2":
+                raise ProbeError(f"cannot read the image's layers directly: {err}") from err
     try:
-        return OverlayLayers.from_graph_driver(inspect.get("GraphDriver") or {}), "overlay2"
-    except ImageFilesError:
         return CreatedContainer(docker.run, docker.binary, inspect["Id"]), "container"
+    except ImageFilesError as err:
+        raise ProbeError(str(err)) from err
 
 
-def probe_image(docker: Docker, image: str, use_cache: bool = True, cache_directory: str | None = None) -> dict:
+def probe_image(docker: Docker, image: str, use_cache: bool = True, cache_directory: str | None = None,
+                backend: str = "auto") -> dict:
     inspect = docker.inspect(image)
     summary = summarize_image(inspect)
     directory = cache_directory or cache_dir()
@@ -323,7 +339,7 @@ def probe_image(docker: Docker, image: str, use_cache: bool = True, cache_direct
             cached["image"] = summary
             cached["cached"] = True
             return cached
-    files, backend = open_image_files(docker, inspect)
+    files, backend = open_image_files(docker, inspect, backend)
     try:
         found = probe_files(files, _env_map((inspect.get("Config") or {}).get("Env")))
     except (ImageFilesError, VllmSourceError) as err:

@@ -1,5 +1,5 @@
 # Copyright: vllmops.cluster contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """`vllm serve` arguments: settings -> argv, and argv checked against the
 flags one vLLM version really accepts (as image_probe extracted them).
 
@@ -100,7 +100,7 @@ def _normalize(key: str, features: dict) -> str:
     if not key.startswith("--") or not features.get("underscores"):
         return key
     if features.get("dotted_keys") and "." in key:
-        head, _, rest = key.partition(".")
+        head, _dot, rest = key.partition(".")
         return head.replace("_", "-") + "." + rest
     return key.replace("_", "-")
 

@@ -1,5 +1,5 @@
 # Copyright: vllmops.cluster contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What a vLLM installation supports, read statically from its source with
 ``ast``: never imported, never run, no GPU needed.
 
@@ -848,8 +848,8 @@ class _Interpreter:
         if isinstance(target, _FuncVal):
             interesting = any(isinstance(v, (_Parser, _KwargsMap, _SubparsersVal))
                               for v in [*args, *kwargs.values()])
-            if interesting or isinstance(callee, ast.Attribute) and isinstance(
-                    self.expr(callee.value, env, func), _SuperVal):
+            if interesting or (isinstance(callee, ast.Attribute) and isinstance(
+                    self.expr(callee.value, env, func), _SuperVal)):
                 return self.call(target, args, kwargs)
         return UNKNOWN
 

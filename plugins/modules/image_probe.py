@@ -1,6 +1,6 @@
 #!/usr/bin/python
 # Copyright: vllmops.cluster contributors
-# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 
 from __future__ import annotations
 
@@ -27,10 +27,9 @@ options:
     required: true
   flags:
     description:
-      - C(vllm serve) arguments to validate, either a list of argv strings
-        (C(["--tensor-parallel-size", "2"])) or a mapping written like group_vars
-        (C({tensor_parallel_size: 2, enable_prefix_caching: true})), turned into argv exactly as the
-        P(vllmops.cluster.vllm_cli_args#filter) filter does.
+      - "C(vllm serve) arguments to validate: a list of argv strings such as C([--tensor-parallel-size, '2']),
+        or a mapping written like group_vars such as C({tensor_parallel_size: 2, enable_prefix_caching: true})."
+      - A mapping is turned into argv exactly as the P(vllmops.cluster.vllm_cli_args#filter) filter does.
     type: raw
   model_architectures:
     description: Architectures from the model's C(config.json) (its C(architectures) list) to check.
@@ -44,6 +43,13 @@ options:
     description: Answer from the per-image-ID cache when it has the image.
     type: bool
     default: true
+  backend:
+    description:
+      - How to read the image's files. C(auto) reads overlay2 layer directories when the engine uses overlay2
+        and they are readable (root), otherwise a created container.
+    type: str
+    choices: [auto, overlay2, container]
+    default: auto
   docker_cli:
     description: The docker client to run.
     type: str
@@ -54,11 +60,12 @@ attributes:
     description: Reads only; runs the same in check mode.
   diff_mode:
     support: none
+    description: Nothing changes, so there is nothing to diff.
   idempotent:
     support: full
     description: Never changes the host (the result cache aside).
 author:
-  - vllmops.cluster developers
+  - vllmops.cluster developers (@vllmops)
 """
 
 EXAMPLES = r"""
@@ -90,71 +97,163 @@ image:
   returned: always
   type: dict
   contains:
-    id: {description: Image ID (sha256:...)., type: str}
-    repo_tags: {description: Tags., type: list, elements: str}
-    repo_digests: {description: Digests., type: list, elements: str}
-    architecture: {description: CPU architecture of the image (amd64, arm64)., type: str}
-    os: {description: Operating system of the image., type: str}
-    variant: {description: Architecture variant (v8 ...) or null., type: str}
-    size: {description: Size in bytes., type: int}
-    created: {description: Creation time., type: str}
-    entrypoint: {description: Entrypoint., type: list, elements: str}
-    cmd: {description: Default command., type: list, elements: str}
-    env: {description: "CUDA_*, NVIDIA_*, NCCL*, VLLM_*, PYTHON*, TORCH*, VIRTUAL_ENV, LD_LIBRARY_PATH and PATH.", type: dict}
-    labels: {description: Image labels., type: dict}
-    host_architecture: {description: The host's CPU architecture in the same spelling., type: str}
-    architecture_mismatch: {description: True when the image cannot run natively on this host., type: bool}
+    id:
+      description: Image ID (sha256:...).
+      type: str
+    repo_tags:
+      description: Tags.
+      type: list
+      elements: str
+    repo_digests:
+      description: Digests.
+      type: list
+      elements: str
+    architecture:
+      description: CPU architecture of the image, for example amd64 or arm64.
+      type: str
+    os:
+      description: Operating system of the image.
+      type: str
+    variant:
+      description: Architecture variant (v8 ...) or null.
+      type: str
+    size:
+      description: Size in bytes.
+      type: int
+    created:
+      description: Creation time.
+      type: str
+    entrypoint:
+      description: Entrypoint.
+      type: list
+      elements: str
+    cmd:
+      description: Default command.
+      type: list
+      elements: str
+    env:
+      description: CUDA_*, NVIDIA_*, NCCL*, VLLM_*, PYTHON*, TORCH*, VIRTUAL_ENV, LD_LIBRARY_PATH and PATH.
+      type: dict
+    labels:
+      description: Image labels.
+      type: dict
+    host_architecture:
+      description: The host's CPU architecture, spelled as Docker spells it.
+      type: str
+    architecture_mismatch:
+      description: True when the image cannot run natively on this host (it would fail with exec format error).
+      type: bool
 python:
   description: The image's Python, null when it has none.
   returned: always
   type: dict
   contains:
-    version: {description: Version (3.12 or 3.12.7 when the image says)., type: str}
-    executables: {description: python3 executables found., type: list, elements: str}
-    site_packages: {description: The site-packages directory that holds vLLM (or the first one found)., type: str}
-    searched: {description: Every site-packages directory looked at., type: list, elements: str}
+    version:
+      description: Version (3.12, or 3.12.7 when the image's environment says).
+      type: str
+    executables:
+      description: python3 executables found.
+      type: list
+      elements: str
+    site_packages:
+      description: The site-packages directory that holds vLLM (or the first one found).
+      type: str
+    searched:
+      description: Every site-packages directory looked at.
+      type: list
+      elements: str
 vllm:
   description: The image's vLLM, null when it has none.
   returned: always
   type: dict
   contains:
-    version: {description: vLLM version., type: str}
-    path: {description: Directory of the vllm package., type: str}
-    entrypoint: {description: "How the image starts vLLM: C(vllm serve), C(api_server) (python -m vllm.entrypoints.openai.api_server) or C(other)."}
-    flags: {description: "Sorted list of every option string C(vllm serve) accepts (long, short, C(--no-...) negations)."}
-    negatable_flags: {description: Flags that have a C(--no-...) form., type: list, elements: str}
-    store_true_flags: {description: Flags that take no value and are false by default., type: list, elements: str}
-    value_boolean_flags: {description: Flags that take C(true)/C(false) as a value., type: list, elements: str}
-    deprecated_flags: {description: Flags the version marks deprecated (accepted with a warning)., type: list, elements: str}
-    parser_features: {description: "What the parser rewrites: underscores, dash_o (C(-O3)), dotted_keys (C(--x.y=z)), allow_abbrev.", type: dict}
-    architectures: {description: Sorted model architecture names the model registry knows., type: list, elements: str}
-    multinode: {description: "Multi-node modes: ray (Ray executor), native (C(--nnodes/--node-rank/--master-addr/--headless)), data_parallel.", type: dict}
-    multinode_modes: {description: The names of the supported multi-node modes., type: list, elements: str}
+    version:
+      description: vLLM version.
+      type: str
+    path:
+      description: Directory of the vllm package.
+      type: str
+    entrypoint:
+      description:
+        - How the image starts vLLM. C(vllm serve), C(api_server) (C(python -m vllm.entrypoints.openai.api_server),
+          which takes the same options plus C(--model)) or C(other).
+      type: str
+    flags:
+      description: Sorted list of every option string C(vllm serve) accepts (long, short, and generated negations).
+      type: list
+      elements: str
+    negatable_flags:
+      description: Flags that have a generated C(--no-...) form.
+      type: list
+      elements: str
+    store_true_flags:
+      description: Flags that take no value and are false by default.
+      type: list
+      elements: str
+    value_boolean_flags:
+      description: Flags that take C(true) or C(false) as a value.
+      type: list
+      elements: str
+    deprecated_flags:
+      description: Flags the version marks deprecated (accepted, with a warning).
+      type: list
+      elements: str
+    parser_features:
+      description: What the parser rewrites, C(underscores), C(dash_o) (C(-O3)), C(dotted_keys) (C(--x.y=z)), and C(allow_abbrev).
+      type: dict
+    architectures:
+      description: Sorted model architecture names the model registry knows.
+      type: list
+      elements: str
+    multinode:
+      description: Multi-node modes, C(ray) (Ray executor), C(native) (C(--nnodes), C(--node-rank), C(--master-addr), C(--headless)), C(data_parallel).
+      type: dict
+    multinode_modes:
+      description: The names of the supported multi-node modes.
+      type: list
+      elements: str
 packages:
   description: Versions of ray, torch, transformers, nvidia-nccl, triton and flashinfer; null when absent.
   returned: always
   type: dict
 validation:
-  description: Present when O(flags) or O(model_architectures) were given.
+  description: The result of checking O(flags) and O(model_architectures).
   returned: when flags or model_architectures are given
   type: dict
   contains:
-    ok: {description: True when every flag and architecture is supported., type: bool}
-    argv: {description: The argv that was checked (the mapping form rendered)., type: list, elements: str}
-    unknown_flags: {description: "Each unknown flag: C(flag), C(suggestions), C(reason)."}
-    deprecated_flags: {description: Given flags the version marks deprecated., type: list, elements: str}
-    unsupported_architectures: {description: Given architectures the registry does not know., type: list, elements: str}
-    messages: {description: One paragraph per problem., type: list, elements: str}
+    ok:
+      description: True when every flag and architecture is supported.
+      type: bool
+    argv:
+      description: The argv that was checked (a mapping rendered as the filter renders it).
+      type: list
+      elements: str
+    unknown_flags:
+      description: Each unknown flag as C(flag), C(suggestions) (closest accepted flags) and C(reason).
+      type: list
+      elements: dict
+    deprecated_flags:
+      description: Given flags the version marks deprecated.
+      type: list
+      elements: str
+    unsupported_architectures:
+      description: Given architectures the registry does not know.
+      type: list
+      elements: str
+    messages:
+      description: One paragraph per problem.
+      type: list
+      elements: str
 cached:
   description: True when the answer came from the per-image-ID cache.
   returned: always
   type: bool
 backend:
-  description: How the files were read, C(overlay2) (layer directories) or C(container) (created container).
+  description: How the files were read, C(overlay2) (layer directories) or C(container) (a created container).
   returned: always
   type: str
 notes:
-  description: What was not found and where it was looked for.
+  description: What was not found, and where it was looked for.
   returned: always
   type: list
   elements: str
@@ -180,6 +279,7 @@ def main():
             model_architectures=dict(type="list", elements="str"),
             fail_on_invalid=dict(type="bool", default=True),
             use_cache=dict(type="bool", default=True),
+            backend=dict(type="str", default="auto", choices=["auto", "overlay2", "container"]),
             docker_cli=dict(type="str", default="docker"),
         ),
         supports_check_mode=True,
@@ -194,7 +294,7 @@ def main():
 
     docker = Docker(run, module.get_bin_path(params["docker_cli"]) or params["docker_cli"])
     try:
-        result = probe_image(docker, params["image"], use_cache=params["use_cache"])
+        result = probe_image(docker, params["image"], use_cache=params["use_cache"], backend=params["backend"])
         if params["flags"] is not None or params["model_architectures"]:
             result["validation"] = validate(result, params["flags"], params["model_architectures"])
     except (ProbeError, CliArgsError) as err:

@@ -27,13 +27,12 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import urllib.request
 import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import nodes  # noqa: E402
-import vllm_sources  # noqa: E402
+import nodes
+import vllm_sources
 
 PREFIX = "vllmops-test/probe-"
 WHEELS = {  # real packages for the "packages" report, installed from their wheels
