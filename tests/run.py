@@ -5,7 +5,8 @@ timed, all of them run even after a failure, then one closing line:
     N passed, N failed
 
 Gates: the test harness (Docker Engine + node image), yamllint, ansible-lint
-(profile production), ruff, pytest, ansible-test sanity on plugins/, the built
+(profile production), ruff, pytest (unit), pytest (integration: modules
+through Ansible against real images), ansible-test sanity on plugins/, the built
 collection installed and used, and the molecule scenarios. `--only NAME` (repeatable) runs a subset.
 """
 
@@ -52,6 +53,11 @@ def gate_ruff() -> int:
 
 def gate_pytest() -> int:
     return sh([sys.executable, "-m", "pytest", "-q", "tests/unit"])
+
+
+def gate_integration() -> int:
+    """Modules through Ansible against the real Docker Engine and test images."""
+    return sh([sys.executable, "-m", "pytest", "-q", "tests/integration"])
 
 
 def _offline_get_pip(cache: Path) -> None:
@@ -116,6 +122,7 @@ GATES = {
     "ansible-lint": gate_ansible_lint,
     "ruff": gate_ruff,
     "pytest": gate_pytest,
+    "integration": gate_integration,
     "sanity": gate_sanity,
     "package": gate_package,
     "molecule": gate_molecule,

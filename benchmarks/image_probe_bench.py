@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""image_probe speed, measured side by side in one run (these machines are noisy).
+
+    .venv/bin/python benchmarks/image_probe_bench.py [--rounds N]
+
+Builds the test images if missing (tests/sandbox/probe_images.py), then
+interleaves, round by round:
+  cold-small   probe of the vLLM 0.16.0 image, result cache off
+  cold-big     the same image plus 40 layers and a 2 GiB filler layer
+  docker-cat   docker run --rm --entrypoint cat IMAGE .../vllm/_version.py
+  cached       probe of the small image answered from the per-ID cache
+It calls the same module_utils code the module runs (Ansible's own start-up,
+about a second, is left out: it is the same for every variant) and prints
+medians and the three ratios the issue sets targets for.
+"""
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "collections"))
+sys.path.insert(0, str(ROOT / "tests/sandbox"))
+
+import probe_images  # noqa: E402
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe import Docker, probe_image  # noqa: E402
+
+
+def run(argv, binary=False):
+    proc = subprocess.run(argv, capture_output=True)
+    if binary:
+        return proc.returncode, proc.stdout, proc.stderr.decode()
+    return proc.returncode, proc.stdout.decode(), proc.stderr.decode()
+
+
+def timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=7)
+    args = parser.parse_args()
+    images = probe_images.build_all()
+    small, big = images["vllm-0.16.0"], images["big"]
+    docker = Docker(run)
+    version_file = "/usr/local/lib/python3.11/dist-packages/vllm/_version.py"
+    samples = {"cold-small": [], "cold-big": [], "docker-cat": [], "cached": []}
+    with tempfile.TemporaryDirectory() as cache:
+        probe_image(docker, small, cache_directory=cache)  # fill the cache once
+        for _ in range(args.rounds):
+            samples["cold-small"].append(timed(lambda: probe_image(docker, small, use_cache=False)))
+            samples["cold-big"].append(timed(lambda: probe_image(docker, big, use_cache=False)))
+            samples["docker-cat"].append(timed(lambda: run(["docker", "run", "--rm", "--entrypoint", "cat",
+                                                             small, version_file])))
+            samples["cached"].append(timed(lambda: probe_image(docker, small, cache_directory=cache)))
+    median = {name: statistics.median(values) for name, values in samples.items()}
+    print(f"{'variant':<12} {'median s':>9} {'min s':>8} {'max s':>8}   ({args.rounds} rounds, interleaved)")
+    for name, values in samples.items():
+        print(f"{name:<12} {median[name]:9.3f} {min(values):8.3f} {max(values):8.3f}")
+    big_vs_small = median["cold-big"] / median["cold-small"]
+    probe_vs_cat = median["cold-small"] / median["docker-cat"]
+    cold_vs_cached = median["cold-small"] / median["cached"]
+    print()
+    print(f"cold big / cold small      = {big_vs_small:6.2f}   target <= 1.5  {'ok' if big_vs_small <= 1.5 else 'MISSED'}")
+    print(f"cold probe / docker run cat = {probe_vs_cat:6.2f}   target <= 1.0  {'ok' if probe_vs_cat <= 1.0 else 'MISSED'}")
+    print(f"cold / cached              = {cold_vs_cached:6.1f}   target >= 20   {'ok' if cold_vs_cached >= 20 else 'MISSED'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

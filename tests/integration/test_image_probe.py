@@ -1,0 +1,180 @@
+"""image_probe against real images on the real Docker Engine, through Ansible."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_module
+
+FIXTURES = ROOT / "tests/fixtures/vllm/serve_flags"
+CACHE_DIR = Path("/var/cache/vllmops/image_probe")
+
+
+def truth(version: str) -> dict:
+    return json.loads((FIXTURES / f"{version}.json").read_text())
+
+
+@pytest.mark.parametrize(("version", "entrypoint", "site"), [
+    ("0.6.3.post1", "api_server", "/usr/local/lib/python3.11/dist-packages"),
+    ("0.10.2", "vllm serve", "/opt/venv/lib/python3.11/site-packages"),
+    ("0.16.0", "vllm serve", "/usr/local/lib/python3.11/dist-packages"),
+    ("0.33.0", "vllm serve", "/usr/local/lib/python3.11/dist-packages"),
+])
+def test_vllm_images_report_what_their_vllm_accepts(probe_images, version, entrypoint, site):
+    rc, result = run_module("image_probe", {"image": probe_images[f"vllm-{version}"]})
+    assert rc == 0, result.get("msg")
+    assert result["changed"] is False
+    vllm = result["vllm"]
+    assert vllm["version"] == version
+    assert vllm["entrypoint"] == entrypoint
+    assert result["python"]["site_packages"] == site
+    assert result["python"]["version"] == "3.11"
+    assert vllm["flags"] == truth(version)["flags"]
+    assert vllm["architectures"] == truth(version)["architectures"]
+    assert result["image"]["env"]["CUDA_VERSION"] == "12.8.1"
+    assert result["image"]["architecture_mismatch"] is False
+
+
+def test_packages_and_multinode_modes(probe_images):
+    _, new = run_module("image_probe", {"image": probe_images["vllm-0.33.0"]})
+    assert new["packages"]["ray"] == "2.40.0"
+    assert new["packages"]["transformers"] == "4.46.3"
+    assert new["packages"]["torch"] is None
+    assert new["vllm"]["multinode"] == {"ray": True, "native": True, "data_parallel": True}
+    _, old = run_module("image_probe", {"image": probe_images["vllm-0.6.3.post1"]})
+    assert old["packages"]["ray"] is None
+    assert old["vllm"]["multinode_modes"] == ["ray"]
+
+
+def test_filler_and_many_layers_change_nothing(probe_images):
+    _, small = run_module("image_probe", {"image": probe_images["vllm-0.16.0"], "use_cache": False})
+    _, big = run_module("image_probe", {"image": probe_images["big"], "use_cache": False})
+    assert big["image"]["size"] > small["image"]["size"] + 2 * 1024**3
+    assert big["vllm"] == small["vllm"]
+
+
+def test_overlay_layouts(probe_images):
+    _, deleted = run_module("image_probe", {"image": probe_images["deleted-vllm"]})
+    assert deleted["vllm"] is None  # removed in a later layer: the whiteout hides it
+    assert deleted["python"]["version"] == "3.11"
+    _, linked = run_module("image_probe", {"image": probe_images["symlinked"]})
+    assert linked["vllm"]["version"] == "0.16.0"
+
+
+def test_created_container_backend_gives_the_same_answer(probe_images):
+    _, overlay = run_module("image_probe", {"image": probe_images["vllm-0.16.0"], "use_cache": False})
+    rc, container = run_module("image_probe", {"image": probe_images["vllm-0.16.0"], "use_cache": False,
+                                               "backend": "container"})
+    assert rc == 0, container.get("msg")
+    assert container["backend"] == "container"
+    assert container["vllm"] == overlay["vllm"]
+    left = subprocess.run(["docker", "ps", "-aq", "--filter", "label=io.vllmops.probe=1"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert left == []
+
+
+def test_foreign_architecture_is_flagged(probe_images):
+    rc, result = run_module("image_probe", {"image": probe_images["arm64"]})
+    assert rc == 0
+    assert result["image"]["architecture"] == "arm64"
+    assert result["image"]["architecture_mismatch"] is True
+    assert any("exec format error" in w for w in result.get("warnings", []))
+    assert result["vllm"]["version"] == "0.16.0"
+
+
+def test_unknown_flag_fails_with_one_paragraph(probe_images):
+    rc, result = run_module("image_probe", {
+        "image": probe_images["vllm-0.16.0"],
+        "flags": {"tensor_parallel_size": 2, "num_scheduler_steps": 10, "enable_prefix_caching": True}})
+    assert rc != 0
+    assert result["failed"] is True
+    assert "--num-scheduler-steps" in result["msg"]
+    assert "vLLM 0.16.0" in result["msg"]
+    assert "did you mean --async-scheduling" in result["msg"]
+    assert "Traceback" not in json.dumps(result)
+
+
+def test_the_same_flag_is_fine_on_06(probe_images):
+    rc, result = run_module("image_probe", {"image": probe_images["vllm-0.6.3.post1"],
+                                            "flags": ["--num-scheduler-steps", "10", "-tp", "2"]})
+    assert rc == 0, result.get("msg")
+    assert result["validation"]["ok"] is True
+
+
+def test_report_only_and_architectures(probe_images):
+    rc, result = run_module("image_probe", {
+        "image": probe_images["vllm-0.6.3.post1"], "fail_on_invalid": False,
+        "flags": {"max_num_seqs": 8}, "model_architectures": ["Qwen3ForCausalLM", "LlamaForCausalLM"]})
+    assert rc == 0
+    validation = result["validation"]
+    assert validation["ok"] is False
+    assert validation["argv"] == ["--max-num-seqs", "8"]
+    assert validation["unsupported_architectures"] == ["Qwen3ForCausalLM"]
+    rc, newer = run_module("image_probe", {"image": probe_images["vllm-0.33.0"],
+                                           "model_architectures": ["Qwen3ForCausalLM"]})
+    assert rc == 0 and newer["validation"]["ok"] is True
+
+
+def test_deprecated_flag_is_accepted_with_a_warning(probe_images):
+    rc, result = run_module("image_probe", {"image": probe_images["vllm-0.16.0"],
+                                            "flags": ["--disable-log-requests"]})
+    assert rc == 0
+    assert result["validation"]["deprecated_flags"] == ["--disable-log-requests"]
+    assert any("deprecated" in w for w in result["warnings"])
+
+
+def test_check_mode_gives_the_same_answer(probe_images):
+    _, normal = run_module("image_probe", {"image": probe_images["vllm-0.10.2"]})
+    _, checked = run_module("image_probe", {"image": probe_images["vllm-0.10.2"]}, check=True)
+    assert checked["vllm"] == normal["vllm"]
+    assert checked["changed"] is False
+
+
+def test_cache_follows_the_image_id(probe_images):
+    image = probe_images["no-vllm"]
+    retagged = "vllmops-test/probe-retag:latest"
+    subprocess.run(["docker", "tag", image, retagged], check=True)
+    try:
+        image_id = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", retagged],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+        for stale in CACHE_DIR.glob(image_id.replace(":", "_") + "-*.json"):
+            stale.unlink()
+        _, first = run_module("image_probe", {"image": retagged})
+        _, second = run_module("image_probe", {"image": retagged})
+        assert (first["cached"], second["cached"]) == (False, True)
+        # A new image under the same tag has a new ID: probed afresh, not answered from the cache.
+        subprocess.run(["docker", "tag", probe_images["vllm-0.16.0"], retagged], check=True)
+        _, third = run_module("image_probe", {"image": retagged})
+        assert third["cached"] is False or third["image"]["id"] != image_id
+        assert third["vllm"]["version"] == "0.16.0"
+    finally:
+        subprocess.run(["docker", "rmi", retagged], capture_output=True, check=False)
+
+
+@pytest.mark.parametrize(("image_key", "args", "message"), [
+    (None, {"image": "vllmops-test/does-not-exist:1"}, "is not on this host's Docker Engine"),
+    ("no-vllm", {"flags": ["--port", "8000"]}, "has no vLLM"),
+    ("no-python", {"flags": ["--port", "8000"]}, "no Python found"),
+])
+def test_bad_input_gives_a_clear_message(probe_images, image_key, args, message):
+    if image_key:
+        args = dict(args, image=probe_images[image_key])
+    rc, result = run_module("image_probe", args)
+    assert rc != 0
+    assert message in result["msg"]
+    assert "Traceback" not in json.dumps(result)  # ansible-core adds "exception: (traceback unavailable)"
+
+
+def test_no_python_and_no_vllm_are_reported_not_failed(probe_images):
+    rc, result = run_module("image_probe", {"image": probe_images["no-python"]})
+    assert rc == 0
+    assert result["python"] is None and result["vllm"] is None
+    assert "no Python found" in result["notes"][0]
+
+
+def test_docker_not_answering(probe_images):
+    rc, result = run_module("image_probe", {"image": probe_images["vllm-0.16.0"]},
+                            env={"DOCKER_HOST": "unix:///tmp/vllmops-no-docker.sock"})
+    assert rc != 0
+    assert "Docker Engine does not answer on this host" in result["msg"]
