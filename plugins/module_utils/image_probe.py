@@ -14,11 +14,11 @@ import http.client
 import json
 import os
 import platform
-import socket
-import urllib.parse
 import posixpath
 import re
+import socket
 import tempfile
+import urllib.parse
 
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_files import (
     CreatedContainer,
