@@ -32,6 +32,6 @@ def run_module(module: str, args: dict, check: bool = False, env: dict | None = 
     proc = subprocess.run(argv, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=300)
     try:
         result = json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    except (ValueError, KeyError, IndexError):
-        raise AssertionError(f"no module result (rc={proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-2000:]}")
+    except (ValueError, KeyError, IndexError) as err:
+        raise AssertionError(f"no module result (rc={proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-2000:]}") from err
     return proc.returncode, result
