@@ -4,7 +4,7 @@ systemd as PID 1, sshd, a sudo user and room for their own dockerd.
 
     nodes.py ensure-docker          Docker Engine reachable (installs/starts it as root)
     nodes.py build-image            node image, rebuilt only when its recipe changes
-    nodes.py up   --prefix P --count N [--network NAME ...]
+    nodes.py up   --prefix P --count N [--network NAME ...] [--gpus KIND:COUNT ...] [--copy SRC:DEST ...]
     nodes.py down --prefix P
 
 `up` prints one JSON document describing the nodes (name, addresses, SSH
@@ -185,6 +185,29 @@ def authorize_key(name: str, pubkey: str) -> None:
          f" && chmod 0600 /home/{SSH_USER}/.ssh/authorized_keys"], input_text=pubkey)
 
 
+GPU_DIR = HERE / "gpu"
+
+
+def simulate_gpus(name: str, spec: str) -> None:
+    """Make a node look like a GPU host: the stand-in nvidia-smi and its GPUs.
+    spec is KIND:COUNT with KIND from gpu/kinds.json (gb10, rtx-pro-6000, h200)."""
+    kind, _, count = spec.partition(":")
+    kinds = json.loads((GPU_DIR / "kinds.json").read_text())
+    if kind not in kinds:
+        raise SandboxError(f"unknown GPU kind {kind!r}; known: {', '.join(kinds)}")
+    gpu = kinds[kind]
+    rows = ["index,name,uuid,memory.total,compute_cap,pci.bus_id,driver_version"]
+    for index in range(int(count or 1)):
+        uuid = "GPU-" + hashlib.sha256(f"{name}/{index}".encode()).hexdigest()[:32]
+        uuid = f"{uuid[:12]}-{uuid[12:16]}-{uuid[16:20]}-{uuid[20:24]}-{uuid[24:36]}"
+        bus = gpu["bus"].format(index=0x17 + index * 0x10)
+        rows.append(", ".join([str(index), gpu["name"], uuid, gpu["memory"], gpu["compute_cap"], bus, gpu["driver"]]))
+    run(["docker", "cp", str(GPU_DIR / "nvidia-smi"), f"{name}:/usr/bin/nvidia-smi"])
+    run(["docker", "exec", "-i", name, "sh", "-c",
+         f"mkdir -p /etc/vllmops-sim && cat > /etc/vllmops-sim/gpus.csv && echo {gpu['cuda']} > /etc/vllmops-sim/cuda_version"],
+        input_text="\n".join(rows) + "\n")
+
+
 def wait_for_ssh(address: str, key: Path, deadline_s: float = 90) -> None:
     argv = ["ssh", "-i", str(key), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
             "-o", "UserKnownHostsFile=/dev/null", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=3",
@@ -198,7 +221,8 @@ def wait_for_ssh(address: str, key: Path, deadline_s: float = 90) -> None:
                        "(docker logs on the node container shows why)")
 
 
-def up(prefix: str, count: int, networks: list[str]) -> dict:
+def up(prefix: str, count: int, networks: list[str], gpus: list[str] | None = None,
+       copies: list[str] | None = None) -> dict:
     image = build_image()
     networks = networks or [f"{prefix}-mgmt"]
     for net in networks:
@@ -206,9 +230,15 @@ def up(prefix: str, count: int, networks: list[str]) -> dict:
     key = ssh_key(prefix)
     pubkey = key.with_suffix(".pub").read_text()
     names = [f"{prefix}-node{i}" for i in range(1, count + 1)]
-    for name in names:
+    for position, name in enumerate(names):
         start_node(name, prefix, image, networks)
         authorize_key(name, pubkey)
+        if gpus and position < len(gpus) and gpus[position] != "none":
+            simulate_gpus(name, gpus[position])
+        for copy in copies or []:
+            source, _, dest = copy.partition(":")
+            run(["docker", "exec", name, "mkdir", "-p", os.path.dirname(dest.rstrip("/")) or "/"])
+            run(["docker", "cp", source, f"{name}:{dest}"])
     nodes = []
     for name in names:
         addresses = {net: container_ip(name, net) for net in networks}
@@ -257,6 +287,10 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--network", action="append", default=[],
                       help="network to attach (first = management, the SSH address); repeatable")
     p_up.add_argument("--inventory", type=Path, help="also write an Ansible inventory of the nodes here")
+    p_up.add_argument("--gpus", action="append", default=[], metavar="KIND:COUNT",
+                      help="simulated GPUs of node1, node2, ... in order (none for a node without); repeatable")
+    p_up.add_argument("--copy", action="append", default=[], metavar="SRC:DEST",
+                      help="copy a file or directory from this machine into every node; repeatable")
     p_down = sub.add_parser("down")
     p_down.add_argument("--prefix", required=True)
     args = parser.parse_args(argv)
@@ -266,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "build-image":
             print(build_image())
         elif args.command == "up":
-            cluster = up(args.prefix, args.count, args.network)
+            cluster = up(args.prefix, args.count, args.network, args.gpus, args.copy)
             if args.inventory:
                 write_inventory(args.inventory, cluster)
             print(json.dumps(cluster, indent=2))

@@ -1,0 +1,189 @@
+# Copyright: vllmops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""GPU passthrough facts and their diagnosis: host GPUs (nvidia-smi's CSV
+and XML output), the NVIDIA container toolkit, Docker's runtimes and CDI,
+and what a short passthrough container sees.
+
+Every problem becomes one sentence saying what is wrong and what fixes it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from xml.etree import ElementTree
+
+GPU_QUERY_FIELDS = ("index", "name", "uuid", "memory.total", "compute_cap", "pci.bus_id", "driver_version")
+ROLE = "vllmops.cluster.nvidia_container_toolkit"
+CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
+
+
+class GpuProbeError(Exception):
+    """A failure with the message an operator needs."""
+
+
+def _na(value: str) -> bool:
+    return value.strip() in ("", "[N/A]", "N/A", "[Not Supported]", "Not Supported")
+
+
+def parse_gpu_csv(text: str, unified_memory_mib: int | None = None) -> list[dict]:
+    """`nvidia-smi --query-gpu=<GPU_QUERY_FIELDS> --format=csv,noheader,nounits`."""
+    gpus = []
+    for line in text.strip().splitlines():
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) != len(GPU_QUERY_FIELDS):
+            raise GpuProbeError(f"unexpected nvidia-smi CSV line (want {len(GPU_QUERY_FIELDS)} fields): {line!r}")
+        row = dict(zip(GPU_QUERY_FIELDS, cells, strict=True))
+        unified = _na(row["memory.total"])
+        gpus.append({
+            "index": int(row["index"]),
+            "name": row["name"],
+            "uuid": row["uuid"],
+            "memory_total_mib": unified_memory_mib if unified else int(float(row["memory.total"])),
+            "unified_memory": unified,
+            "compute_capability": None if _na(row["compute_cap"]) else row["compute_cap"],
+            "pci_bus_id": None if _na(row["pci.bus_id"]) else row["pci.bus_id"],
+            "driver_version": row["driver_version"],
+        })
+    return gpus
+
+
+def parse_cuda_version(xml_text: str) -> str | None:
+    """The driver's CUDA version from `nvidia-smi -q -x`."""
+    try:
+        root = ElementTree.fromstring(xml_text)
+    except ElementTree.ParseError:
+        return None
+    node = root.find("cuda_version")
+    return node.text.strip() if node is not None and node.text else None
+
+
+def meminfo_total_mib(text: str) -> int | None:
+    match = re.search(r"^MemTotal:\s+(\d+)\s+kB", text, re.M)
+    return int(match.group(1)) // 1024 if match else None
+
+
+def parse_toolkit_version(text: str) -> str | None:
+    match = re.search(r"version\s+v?(\d+\.\d+\.\d+\S*)", text)
+    return match.group(1) if match else None
+
+
+def summarize_docker_info(info: dict) -> dict:
+    runtimes = sorted((info.get("Runtimes") or {}).keys())
+    return {
+        "server_version": info.get("ServerVersion"),
+        "runtimes": runtimes,
+        "default_runtime": info.get("DefaultRuntime"),
+        "cgroup_driver": info.get("CgroupDriver"),
+        "cgroup_version": info.get("CgroupVersion"),
+        "cdi_spec_dirs": info.get("CDISpecDirs") or [],
+        "nvidia_runtime": "nvidia" in runtimes,
+    }
+
+
+def cdi_specs(directories=CDI_DIRS) -> list[dict]:
+    """CDI spec files and the device kinds they declare."""
+    specs = []
+    for directory in directories:
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        for name in names:
+            if not name.endswith((".yaml", ".yml", ".json")):
+                continue
+            path = os.path.join(directory, name)
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    text = handle.read()
+            except OSError:
+                continue
+            kinds = sorted(set(re.findall(r"""["']?kind["']?\s*:\s*["']?([\w.\-/]+)""", text)))
+            specs.append({"path": path, "kinds": kinds})
+    return specs
+
+
+# -- diagnosis ---------------------------------------------------------------------
+
+# (pattern in command output, sentence); first match wins.
+HOST_FAILURES = [
+    (re.compile(r"Driver/library version mismatch", re.I),
+     "the NVIDIA kernel driver and its user-space libraries have different versions (a driver upgrade without "
+     "a reboot): reboot the host, or unload and reload the nvidia kernel modules"),
+    (re.compile(r"couldn't communicate with the NVIDIA driver|No devices were found|NVML: Driver Not Loaded", re.I),
+     "nvidia-smi is installed but the NVIDIA driver is not loaded: load it (modprobe nvidia) or reboot; "
+     "check `dmesg | grep -i nvrm` for why it did not load"),
+    (re.compile(r"Failed to initialize NVML", re.I),
+     "nvidia-smi cannot initialise NVML on the host: check the driver installation (dmesg, nvidia-bug-report)"),
+]
+
+CONTAINER_FAILURES = [
+    (re.compile(r'could not select device driver "" with capabilities: \[\[gpu\]\]'),
+     f"Docker cannot pass GPUs to containers (no NVIDIA runtime hook registered): apply the role {ROLE} "
+     "(it installs the toolkit and restarts Docker)"),
+    (re.compile(r"unknown or invalid runtime name: nvidia|Unknown runtime specified nvidia"),
+     f"Docker has no 'nvidia' runtime: apply the role {ROLE} (nvidia_container_toolkit_docker_runtime)"),
+    (re.compile(r"Failed to initialize NVML: Unknown Error"),
+     "the container lost its GPUs (Failed to initialize NVML: Unknown Error), typically after "
+     f"`systemctl daemon-reload` with the systemd cgroup driver: apply the role {ROLE} with "
+     "nvidia_container_toolkit_daemon_reload_fix (the default), then restart the affected containers"),
+    (re.compile(r"exec format error"),
+     "the image is built for another CPU architecture than this host (exec format error): use the image for "
+     "this host's architecture"),
+    (re.compile(r"Driver/library version mismatch"),
+     "the NVIDIA driver and libraries differ (a driver upgrade without a reboot): reboot the host"),
+    (re.compile(r"nvidia-container-cli: initialization error|nvidia-container-cli: .*error", re.I),
+     "the NVIDIA container runtime could not set up the GPUs (nvidia-container-cli failed): check the driver "
+     f"on the host, then the toolkit (role {ROLE})"),
+    (re.compile(r'executable file not found in \$PATH|"nvidia-smi": executable file not found|nvidia-smi: not found'),
+     "the passthrough container has no nvidia-smi, so the toolkit did not inject the driver utilities: check "
+     f"NVIDIA_DRIVER_CAPABILITIES includes utility, and the toolkit (role {ROLE})"),
+    (re.compile(r"nvidia\.com/gpu=\S+ is not an absolute path"),
+     "this Docker Engine does not understand CDI devices (Docker 25 and newer with CDI enabled do): use "
+     "passthrough=gpus, or upgrade Docker"),
+    (re.compile(r"unresolvable CDI devices|CDI device injection failed", re.I),
+     f"the CDI device is not defined: generate the CDI spec (role {ROLE}, nvidia_container_toolkit_cdi)"),
+    (re.compile(r"No such image|pull access denied|manifest unknown", re.I),
+     "the passthrough check image is not on this host: set image to one that is (the serving image works)"),
+]
+
+
+def classify(text: str, table) -> str | None:
+    for pattern, sentence in table:
+        if pattern.search(text or ""):
+            return sentence
+    return None
+
+
+def diagnose(facts: dict, require_gpus: int | None) -> list[str]:
+    """One sentence per problem found in the gathered facts."""
+    problems: list[str] = []
+    host = facts["host"]
+    if host["error"]:
+        problems.append(host["error"])
+    toolkit = facts["toolkit"]
+    docker = facts["docker"]
+    if not toolkit["installed"]:
+        problems.append(f"the NVIDIA container toolkit is not installed (no nvidia-ctk, no "
+                        f"nvidia-container-runtime-hook): apply the role {ROLE}")
+    elif not toolkit["hook"]:
+        problems.append("nvidia-container-runtime-hook is not on Docker's PATH, so `docker run --gpus` cannot work: "
+                        f"reinstall the toolkit (role {ROLE})")
+    if docker.get("error"):
+        problems.append(docker["error"])
+    elif toolkit["installed"] and not docker["nvidia_runtime"] and not facts["cdi"]:
+        problems.append(f"Docker has neither an 'nvidia' runtime nor NVIDIA CDI specs: apply the role {ROLE}")
+    passthrough = facts.get("passthrough")
+    if passthrough is not None and passthrough["error"]:
+        problems.append(passthrough["error"])
+    elif passthrough is not None and host["gpus"] and len(passthrough["gpus"]) < len(host["gpus"]):
+        problems.append(f"the passthrough container sees {len(passthrough['gpus'])} of the host's "
+                        f"{len(host['gpus'])} GPUs: check NVIDIA_VISIBLE_DEVICES in the image and the --gpus value")
+    if require_gpus:
+        usable = len(passthrough["gpus"]) if passthrough is not None else len(host["gpus"])
+        if usable < require_gpus:
+            problems.append(f"{usable} usable GPU(s) where {require_gpus} are required"
+                            + (" (seen inside a container)" if passthrough is not None else " (seen on the host)"))
+    return list(dict.fromkeys(problems))

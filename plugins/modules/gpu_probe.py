@@ -1,0 +1,316 @@
+#!/usr/bin/python
+# Copyright: vllmops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: gpu_probe
+short_description: Check host GPUs, the NVIDIA container runtime and real GPU passthrough, and say what is wrong
+version_added: 0.1.0
+description:
+  - Reads the host's GPUs from C(nvidia-smi --query-gpu=... --format=csv,noheader,nounits) (driver version,
+    index, name, UUID, memory, compute capability, PCI bus) and the driver's CUDA version from C(nvidia-smi -q -x).
+    Unified-memory GPUs (GB10, DGX Spark) report memory as N/A; their memory is taken from C(/proc/meminfo).
+  - Reports the NVIDIA container toolkit (version, runtime hook), Docker's runtimes, default runtime and cgroup
+    driver, and the CDI specs present.
+  - With O(image), runs one short passthrough container (C(--gpus all), or the CDI device when NVIDIA CDI specs
+    exist and Docker supports CDI) whose entrypoint is replaced by C(nvidia-smi); it never starts the image's
+    own entrypoint, is bounded by O(timeout) and is always removed.
+  - Returns C(ok) and C(diagnosis), one sentence per problem saying what is wrong and which role or variable
+    fixes it. With O(require_gpus) the module fails with that diagnosis when fewer GPUs are usable.
+options:
+  image:
+    description: Image for the passthrough check (the serving image is a good choice); no passthrough check when unset.
+    type: str
+  passthrough:
+    description:
+      - How the passthrough container asks for GPUs. C(auto) uses the CDI device when NVIDIA CDI specs exist and
+        the engine reads CDI specs (Docker 25 and newer), C(--gpus all) otherwise.
+    type: str
+    choices: [auto, gpus, cdi]
+    default: auto
+  require_gpus:
+    description: Fail when fewer GPUs than this are usable (inside the container when O(image) is set).
+    type: int
+  timeout:
+    description: Seconds the passthrough container may take.
+    type: int
+    default: 120
+  docker_cli:
+    description: The docker client to run.
+    type: str
+    default: docker
+attributes:
+  check_mode:
+    support: full
+    description: Reads only; the passthrough container is created and removed in check mode too.
+  diff_mode:
+    support: none
+    description: Nothing changes, so there is nothing to diff.
+  idempotent:
+    support: full
+    description: Leaves nothing behind.
+author:
+  - vllmops.cluster developers (@vllmops)
+"""
+
+EXAMPLES = r"""
+- name: Prove GPU passthrough with the serving image, 1 GPU per node required
+  vllmops.cluster.gpu_probe:
+    image: "{{ vllm_image }}"
+    require_gpus: 1
+
+- name: Only look
+  vllmops.cluster.gpu_probe:
+  register: gpus
+"""
+
+RETURN = r"""
+ok:
+  description: True when no problem was found.
+  returned: always
+  type: bool
+diagnosis:
+  description: One sentence per problem, saying what is wrong and what fixes it.
+  returned: always
+  type: list
+  elements: str
+usable_gpus:
+  description: GPUs seen inside the passthrough container, or on the host when no image was given.
+  returned: always
+  type: int
+host:
+  description: The host's driver and GPUs.
+  returned: always
+  type: dict
+  contains:
+    driver_version:
+      description: NVIDIA driver version, null without a working driver.
+      type: str
+    cuda_version:
+      description: Highest CUDA version the driver supports.
+      type: str
+    gpus:
+      description:
+        - Each GPU as C(index), C(name), C(uuid), C(memory_total_mib), C(unified_memory) (true when the GPU reports
+          no memory of its own and the figure is the host's MemTotal), C(compute_capability), C(pci_bus_id),
+          C(driver_version).
+      type: list
+      elements: dict
+    error:
+      description: The host-side problem, null when nvidia-smi works.
+      type: str
+toolkit:
+  description: The NVIDIA container toolkit.
+  returned: always
+  type: dict
+  contains:
+    installed:
+      description: True when nvidia-ctk or the runtime hook is installed.
+      type: bool
+    version:
+      description: C(nvidia-ctk --version).
+      type: str
+    hook:
+      description: Path of nvidia-container-runtime-hook (what C(docker run --gpus) needs), or null.
+      type: str
+    runtime:
+      description: Path of nvidia-container-runtime, or null.
+      type: str
+docker:
+  description: Docker Engine as it reports itself.
+  returned: always
+  type: dict
+  contains:
+    server_version:
+      description: Engine version.
+      type: str
+    runtimes:
+      description: Runtime names.
+      type: list
+      elements: str
+    default_runtime:
+      description: Default runtime.
+      type: str
+    cgroup_driver:
+      description: cgroupfs or systemd.
+      type: str
+    cgroup_version:
+      description: 1 or 2.
+      type: str
+    cdi_spec_dirs:
+      description: Where the engine reads CDI specs (Docker 25 and newer).
+      type: list
+      elements: str
+    nvidia_runtime:
+      description: True when an C(nvidia) runtime is configured.
+      type: bool
+    error:
+      description: Set when the engine does not answer.
+      type: str
+cdi:
+  description: CDI spec files as C(path) and the device C(kinds) they declare.
+  returned: always
+  type: list
+  elements: dict
+passthrough:
+  description: The passthrough check, null without O(image).
+  returned: always
+  type: dict
+  contains:
+    mode:
+      description: C(gpus) or C(cdi).
+      type: str
+    image:
+      description: The image used.
+      type: str
+    gpus:
+      description: GPUs seen inside, as C(index), C(name), C(uuid).
+      type: list
+      elements: dict
+    error:
+      description: The diagnosed problem, null when the container saw GPUs.
+      type: str
+    output:
+      description: The container's output (tail), for the record.
+      type: str
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllmops.cluster.plugins.module_utils.gpu import (
+    CONTAINER_FAILURES,
+    GPU_QUERY_FIELDS,
+    HOST_FAILURES,
+    GpuProbeError,
+    cdi_specs,
+    classify,
+    diagnose,
+    meminfo_total_mib,
+    parse_cuda_version,
+    parse_gpu_csv,
+    parse_toolkit_version,
+    summarize_docker_info,
+)
+
+
+def _tail(text: str, size: int = 600) -> str:
+    return (text or "").strip()[-size:]
+
+
+def host_facts(module) -> dict:
+    facts = {"driver_version": None, "cuda_version": None, "gpus": [], "error": None}
+    smi = module.get_bin_path("nvidia-smi")
+    if smi is None:
+        facts["error"] = ("no NVIDIA driver on this host (nvidia-smi not found): install the NVIDIA driver for "
+                          "this GPU (vendor package or DGX OS); this collection does not install drivers")
+        return facts
+    rc, out, err = module.run_command([smi, "--query-gpu=" + ",".join(GPU_QUERY_FIELDS), "--format=csv,noheader,nounits"])
+    if rc != 0:
+        facts["error"] = classify(out + err, HOST_FAILURES) or f"nvidia-smi failed on the host (rc={rc}): {_tail(out + err)}"
+        return facts
+    try:
+        with open("/proc/meminfo", encoding="ascii") as handle:
+            unified = meminfo_total_mib(handle.read())
+    except OSError:
+        unified = None
+    try:
+        facts["gpus"] = parse_gpu_csv(out, unified)
+    except GpuProbeError as err:
+        facts["error"] = str(err)
+        return facts
+    if not facts["gpus"]:
+        facts["error"] = "nvidia-smi lists no GPU on this host: check that the GPUs are seen (lspci | grep -i nvidia)"
+    facts["driver_version"] = facts["gpus"][0]["driver_version"] if facts["gpus"] else None
+    rc, out, _err = module.run_command([smi, "-q", "-x"])
+    facts["cuda_version"] = parse_cuda_version(out) if rc == 0 else None
+    return facts
+
+
+def toolkit_facts(module) -> dict:
+    ctk = module.get_bin_path("nvidia-ctk")
+    hook = module.get_bin_path("nvidia-container-runtime-hook")
+    runtime = module.get_bin_path("nvidia-container-runtime")
+    version = None
+    if ctk:
+        rc, out, _err = module.run_command([ctk, "--version"])
+        version = parse_toolkit_version(out) if rc == 0 else None
+    return {"installed": bool(ctk or hook), "version": version, "hook": hook, "runtime": runtime}
+
+
+def docker_facts(module, docker: str) -> dict:
+    rc, out, err = module.run_command([docker, "info", "--format", "{{json .}}"])
+    if rc != 0:
+        return {"nvidia_runtime": False, "runtimes": [], "error":
+                f"Docker Engine does not answer ({_tail(err, 200)}): apply the role vllmops.cluster.docker"}
+    return summarize_docker_info(module.from_json(out))
+
+
+def passthrough_facts(module, docker: str, image: str, mode: str, timeout: int, has_cdi: bool) -> dict:
+    if mode == "auto":
+        mode = "cdi" if has_cdi else "gpus"
+    request = ["--device", "nvidia.com/gpu=all"] if mode == "cdi" else ["--gpus", "all"]
+    name = f"vllmops-gpu-probe-{os.getpid()}"
+    argv = ["timeout", "--kill-after=10", str(timeout), docker, "run", "--rm", "--name", name,
+            "--label", "io.vllmops.probe=gpu", *request, "--entrypoint", "nvidia-smi", image,
+            "--query-gpu=index,name,uuid", "--format=csv,noheader"]
+    try:
+        rc, out, err = module.run_command(argv)
+    finally:
+        module.run_command([docker, "rm", "-f", name])
+    result = {"mode": mode, "image": image, "gpus": [], "error": None, "output": _tail(out + err)}
+    if rc == 124 or rc == 137:
+        result["error"] = (f"the passthrough container did not finish within {timeout} s: the NVIDIA runtime hangs "
+                           "setting up the GPUs; check `dmesg` and the driver")
+    elif rc != 0:
+        result["error"] = classify(out + err, CONTAINER_FAILURES) or (
+            f"the passthrough container failed (rc={rc}): {_tail(out + err, 300)}")
+    else:
+        for line in out.strip().splitlines():
+            cells = [c.strip() for c in line.split(",")]
+            if len(cells) == 3 and cells[0].isdigit():
+                result["gpus"].append({"index": int(cells[0]), "name": cells[1], "uuid": cells[2]})
+        if not result["gpus"]:
+            result["error"] = "the passthrough container ran but saw no GPU: check NVIDIA_VISIBLE_DEVICES in the image"
+    return result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            image=dict(type="str"),
+            passthrough=dict(type="str", default="auto", choices=["auto", "gpus", "cdi"]),
+            require_gpus=dict(type="int"),
+            timeout=dict(type="int", default=120),
+            docker_cli=dict(type="str", default="docker"),
+        ),
+        supports_check_mode=True,
+    )
+    module.run_command_environ_update = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
+    params = module.params
+    docker = module.get_bin_path(params["docker_cli"]) or params["docker_cli"]
+    facts = {"host": host_facts(module), "toolkit": toolkit_facts(module), "docker": docker_facts(module, docker),
+             "cdi": cdi_specs(), "passthrough": None}
+    # CDI only where the engine reads CDI specs (Docker 25+ reports CDISpecDirs); older engines take
+    # `--device nvidia.com/gpu=all` for a device path and fail.
+    has_cdi = bool(facts["docker"].get("cdi_spec_dirs")) and any(
+        any(k.startswith("nvidia.com/") for k in spec["kinds"]) for spec in facts["cdi"])
+    if params["image"]:
+        if facts["docker"].get("error"):
+            facts["passthrough"] = {"mode": None, "image": params["image"], "gpus": [], "output": "",
+                                    "error": None}  # the docker problem is already in the diagnosis
+        else:
+            facts["passthrough"] = passthrough_facts(module, docker, params["image"], params["passthrough"],
+                                                     params["timeout"], has_cdi)
+    diagnosis = diagnose(facts, params["require_gpus"])
+    usable = len(facts["passthrough"]["gpus"]) if facts["passthrough"] is not None else len(facts["host"]["gpus"])
+    result = dict(facts, ok=not diagnosis, diagnosis=diagnosis, usable_gpus=usable, changed=False)
+    if params["require_gpus"] and diagnosis:
+        module.fail_json(msg=" ".join(diagnosis), **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
