@@ -164,9 +164,13 @@ def container_ip(name: str, network: str) -> str:
     return networks[network]["IPAddress"]
 
 
-def ensure_network(name: str, prefix: str) -> None:
+def ensure_network(spec: str, prefix: str) -> str:
+    """NAME or NAME=SUBNET; returns the name."""
+    name, _, subnet = spec.partition("=")
     if run(["docker", "network", "inspect", name], check=False).returncode != 0:
-        run(["docker", "network", "create", "--label", f"{LABEL}={prefix}", name])
+        run(["docker", "network", "create", "--label", f"{LABEL}={prefix}",
+             *(["--subnet", subnet] if subnet else []), name])
+    return name
 
 
 def start_node(name: str, prefix: str, image: str, networks: list[str]) -> None:
@@ -224,9 +228,7 @@ def wait_for_ssh(address: str, key: Path, deadline_s: float = 90) -> None:
 def up(prefix: str, count: int, networks: list[str], gpus: list[str] | None = None,
        copies: list[str] | None = None) -> dict:
     image = build_image()
-    networks = networks or [f"{prefix}-mgmt"]
-    for net in networks:
-        ensure_network(net, prefix)
+    networks = [ensure_network(spec, prefix) for spec in networks or [f"{prefix}-mgmt"]]
     key = ssh_key(prefix)
     pubkey = key.with_suffix(".pub").read_text()
     names = [f"{prefix}-node{i}" for i in range(1, count + 1)]
@@ -285,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--prefix", required=True)
     p_up.add_argument("--count", type=int, default=2)
     p_up.add_argument("--network", action="append", default=[],
-                      help="network to attach (first = management, the SSH address); repeatable")
+                      help="NAME or NAME=SUBNET to attach (first = management, the SSH address); repeatable")
     p_up.add_argument("--inventory", type=Path, help="also write an Ansible inventory of the nodes here")
     p_up.add_argument("--gpus", action="append", default=[], metavar="KIND:COUNT",
                       help="simulated GPUs of node1, node2, ... in order (none for a node without); repeatable")
