@@ -7,7 +7,8 @@ timed, all of them run even after a failure, then one closing line:
 Gates: the test harness (Docker Engine + node image), yamllint, ansible-lint
 (profile production), ruff, pytest (unit), pytest (integration: modules
 through Ansible against real images), ansible-test sanity on plugins/, the built
-collection installed and used, and the molecule scenarios. `--only NAME` (repeatable) runs a subset.
+collection installed and used, the molecule scenarios, and `make sandbox`
+run twice (the second run must change nothing). `--only NAME` (repeatable) runs a subset.
 """
 
 from __future__ import annotations
@@ -116,6 +117,28 @@ def gate_molecule() -> int:
     return sh([tool("molecule"), "test", "--all"], env=env)
 
 
+def gate_sandbox() -> int:
+    """The README's main job: `make sandbox` on a fresh sandbox, then again
+    (the re-run must change nothing), then `make sandbox-down`. It uses the
+    sandbox's own names and network, so a sandbox left running is replaced."""
+    env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}")
+    make = ["make", "--no-print-directory"]
+    try:
+        rc = sh([*make, "sandbox-down"], env=env) or sh([*make, "sandbox"], env=env)
+        if rc:
+            return rc
+        print("$ make sandbox  (again: must report changed=0)", flush=True)
+        again = subprocess.run([*make, "sandbox"], cwd=ROOT, env=env, capture_output=True, text=True)
+        print(again.stdout[-3000:], again.stderr[-2000:], flush=True)
+        recap = [line for line in again.stdout.splitlines() if " changed=" in line and " ok=" in line]
+        if again.returncode or not recap or any(" changed=0 " not in line for line in recap):
+            print("FAILED: the second run changed something (or failed)", flush=True)
+            return 1
+        return 0
+    finally:
+        sh([*make, "sandbox-down"], env=env)
+
+
 GATES = {
     "harness": gate_harness,
     "yamllint": gate_yamllint,
@@ -126,6 +149,7 @@ GATES = {
     "sanity": gate_sanity,
     "package": gate_package,
     "molecule": gate_molecule,
+    "sandbox": gate_sandbox,
 }
 
 

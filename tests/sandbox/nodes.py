@@ -173,6 +173,11 @@ def ensure_network(spec: str, prefix: str) -> str:
     return name
 
 
+def node_running(name: str, image: str) -> bool:
+    state = run(["docker", "inspect", "-f", "{{.State.Running}} {{.Config.Image}}", name], check=False)
+    return state.returncode == 0 and state.stdout.split() == ["true", image]
+
+
 def start_node(name: str, prefix: str, image: str, networks: list[str]) -> None:
     run(["docker", "rm", "-f", name], check=False)
     run(["docker", "run", "-d", "--name", name, "--hostname", name,
@@ -233,7 +238,9 @@ def up(prefix: str, count: int, networks: list[str], gpus: list[str] | None = No
     pubkey = key.with_suffix(".pub").read_text()
     names = [f"{prefix}-node{i}" for i in range(1, count + 1)]
     for position, name in enumerate(names):
-        start_node(name, prefix, image, networks)
+        # `up` again keeps running nodes (and what was deployed on them).
+        if not node_running(name, image):
+            start_node(name, prefix, image, networks)
         authorize_key(name, pubkey)
         if gpus and position < len(gpus) and gpus[position] != "none":
             simulate_gpus(name, gpus[position])
