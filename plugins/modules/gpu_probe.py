@@ -16,7 +16,7 @@ description:
     driver, and the CDI specs present.
   - With O(image), runs one short passthrough container (C(--gpus all), or the CDI device when NVIDIA CDI specs
     exist and Docker supports CDI) whose entrypoint is replaced by C(nvidia-smi); it never starts the image's
-    own entrypoint, is bounded by O(timeout) and is always removed.
+    own entrypoint, is bounded by O(timeout) and is always removed, in check mode too.
   - Returns C(ok) and C(diagnosis), one sentence per problem saying what is wrong and which role or variable
     fixes it. With O(require_gpus) the module fails with that diagnosis when fewer GPUs are usable.
 options:
@@ -41,16 +41,8 @@ options:
     description: The docker client to run.
     type: str
     default: docker
-attributes:
-  check_mode:
-    support: full
-    description: Reads only; the passthrough container is created and removed in check mode too.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is nothing to diff.
-  idempotent:
-    support: full
-    description: Leaves nothing behind.
+extends_documentation_fragment:
+  - vllmops.cluster.info_module
 author:
   - vllmops.cluster developers (@vllmops)
 """

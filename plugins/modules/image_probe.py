@@ -18,8 +18,8 @@ description:
   - The flags and architectures are derived statically from the image's own vLLM source with Python's C(ast).
   - Optionally validates C(vllm serve) flags and model architectures against the image, with close-match
     suggestions for unknown flags.
-  - Results are cached on the host by image ID (C(/var/cache/vllmops/image_probe) as root); a new image
-    under the same tag has a new ID and is probed afresh.
+  - Results are cached on the host by image ID (C(/var/cache/vllmops/image_probe) as root, also in check
+    mode); a new image under the same tag has a new ID and is probed afresh.
 options:
   image:
     description: Image name:tag, ID or digest, present on the target host's Docker Engine.
@@ -54,16 +54,8 @@ options:
     description: The docker client to run.
     type: str
     default: docker
-attributes:
-  check_mode:
-    support: full
-    description: Reads only; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is nothing to diff.
-  idempotent:
-    support: full
-    description: Never changes the host (the result cache aside).
+extends_documentation_fragment:
+  - vllmops.cluster.info_module
 author:
   - vllmops.cluster developers (@vllmops)
 """

@@ -35,16 +35,8 @@ options:
     description: Where sysfs is mounted; tests point it at fixture trees.
     type: path
     default: /sys
-attributes:
-  check_mode:
-    support: full
-    description: Reads only.
-  diff_mode:
-    support: none
-    description: Nothing changes.
-  idempotent:
-    support: full
-    description: Reads only.
+extends_documentation_fragment:
+  - vllmops.cluster.info_module
 author:
   - vllmops.cluster developers (@vllmops)
 """
