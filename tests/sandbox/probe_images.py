@@ -11,7 +11,8 @@ vllm-<version>   real vLLM sources of that version laid out as pip installs them
 big              vllm-0.16.0 plus 40 more layers and a 2 GiB filler layer
 no-vllm          Python, no vLLM
 no-python        a static busybox and nothing else
-arm64            vLLM files in an image labelled linux/arm64 (docker load of a
+foreign-arch     vLLM files in an image labelled for another CPU architecture
+                 (arm64 on amd64 hosts, amd64 elsewhere; docker load of a
                  hand-made archive: Docker 20.10 cannot build foreign images)
 deleted-vllm     vLLM installed, then removed in a later layer (a whiteout)
 symlinked        site-packages reached through a symlink, vLLM in an opaque
@@ -23,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import platform
 import subprocess
 import sys
 import tarfile
@@ -60,7 +62,7 @@ def _wheel(name: str, version: str) -> Path:
     found = sorted(cache.glob(f"{name}-{version}-*.whl"))
     if not found:
         subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
-                        "--python-version", "3.11", "--platform", "manylinux2014_x86_64", "-d", str(cache),
+                        "--python-version", "3.11", "--platform", f"manylinux2014_{platform.machine()}", "-d", str(cache),
                         f"{name}=={version}"], check=True)
         found = sorted(cache.glob(f"{name}-{version}-*.whl"))
     return found[0]
@@ -142,9 +144,12 @@ def build_layout_variants(base: str, vllm_image: str) -> dict:
     return built
 
 
-def build_arm64(version: str) -> str:
-    """A linux/arm64 image loaded from a hand-made `docker save` archive."""
-    tag = PREFIX + "arm64"
+FOREIGN_ARCH = "arm64" if platform.machine() in ("x86_64", "amd64") else "amd64"
+
+
+def build_foreign_arch(version: str) -> str:
+    """An image for another CPU architecture, loaded from a hand-made `docker save` archive."""
+    tag = PREFIX + "foreign-arch"
     if _exists(tag):
         return tag
     with tempfile.TemporaryDirectory() as tmp:
@@ -156,7 +161,7 @@ def build_arm64(version: str) -> str:
         layer_bytes = layer.getvalue()
         diff_id = "sha256:" + hashlib.sha256(layer_bytes).hexdigest()
         config = json.dumps({
-            "architecture": "arm64", "os": "linux", "variant": "v8",
+            "architecture": FOREIGN_ARCH, "os": "linux",
             "config": {"Entrypoint": ["vllm", "serve"], "Env": ["PATH=/usr/local/bin:/usr/bin:/bin"]},
             "rootfs": {"type": "layers", "diff_ids": [diff_id]},
             "history": [{"created_by": "vllmops tests: vLLM files for a foreign CPU architecture"}],
@@ -179,7 +184,7 @@ def build_all() -> dict:
     images["big"] = build_big(images["vllm-0.16.0"])
     images.update(build_simple(base))
     images.update(build_layout_variants(base, images["vllm-0.16.0"]))
-    images["arm64"] = build_arm64("0.16.0")
+    images["foreign-arch"] = build_foreign_arch("0.16.0")
     return images
 
 
