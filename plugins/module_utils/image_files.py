@@ -92,9 +92,8 @@ class OverlayLayers(_ImageFiles):
     # -- overlayfs semantics -------------------------------------------------
 
     @staticmethod
-    def _is_whiteout(layer: str, logical: str, st: os.stat_result) -> bool:
-        if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
-            return True
+    def _has_whiteout_file(layer: str, logical: str) -> bool:
+        """An aufs-style `.wh.<name>` beside the entry (as in image tarballs)."""
         parent, name = posixpath.split(logical)
         return os.path.lexists(layer + posixpath.join(parent, ".wh." + name))
 
@@ -127,17 +126,16 @@ class OverlayLayers(_ImageFiles):
             return "opaque" if directory != "/" and self._is_opaque(layer + directory) else "present"
         if directory == "/":
             return "absent"
-        parent, name = posixpath.split(directory)
-        parent_state = self._dir_state(layer, parent)
+        parent_state = self._dir_state(layer, posixpath.dirname(directory))
         if parent_state in ("present", "opaque"):
-            if parent_state == "opaque" or os.path.lexists(layer + posixpath.join(parent, ".wh." + name)):
+            if parent_state == "opaque" or self._has_whiteout_file(layer, directory):
                 return "hidden"
             return "absent"
         return parent_state
 
     def _entry(self, logical: str) -> tuple[str, os.stat_result] | None:
         """The topmost visible (real path, lstat) of a resolved path."""
-        parent, name = posixpath.split(logical)
+        parent = posixpath.dirname(logical)
         for layer in self.layers:
             parent_state = self._dir_state(layer, parent)
             if parent_state == "hidden":
@@ -147,14 +145,15 @@ class OverlayLayers(_ImageFiles):
             real = layer + logical
             st = _lstat(real)
             if st is not None:
-                if self._is_whiteout(layer, logical, st):
+                # Docker's overlay2 whiteout is a 0/0 character device.
+                if (stat.S_ISCHR(st.st_mode) and st.st_rdev == 0) or self._has_whiteout_file(layer, logical):
                     return None
                 return real, st
-            if parent_state == "opaque" or os.path.lexists(layer + posixpath.join(parent, ".wh." + name)):
+            if parent_state == "opaque" or self._has_whiteout_file(layer, logical):
                 return None
         return None
 
-    def _resolve(self, path: str, follow_last: bool = True) -> tuple[str, tuple[str, os.stat_result] | None]:
+    def _resolve(self, path: str) -> tuple[str, tuple[str, os.stat_result] | None]:
         """Resolve symlinks inside the image; return (logical path, entry)."""
         pending = _normalize(path).strip("/").split("/")
         current = "/"
@@ -172,7 +171,7 @@ class OverlayLayers(_ImageFiles):
             if entry is None:
                 return candidate, None
             real, st = entry
-            if stat.S_ISLNK(st.st_mode) and (pending or follow_last):
+            if stat.S_ISLNK(st.st_mode):
                 hops += 1
                 if hops > _MAX_SYMLINKS:
                     raise ImageFilesError(f"too many symlinks resolving {path}")

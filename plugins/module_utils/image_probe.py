@@ -254,10 +254,8 @@ def _version_from_file(files, path: str) -> str | None:
     return match.group(1) if match else None
 
 
-def _nccl_version(files, site_dir: str, dists: dict) -> str | None:
-    for dist, version in dists.items():
-        if dist.startswith("nvidia_nccl"):
-            return version
+def _nccl_header_version(files, site_dir: str) -> str | None:
+    """NCCL's version from the header pip's nvidia-nccl package installs."""
     header = files.read_text(posixpath.join(site_dir, "nvidia/nccl/include/nccl.h"))
     if header:
         parts = [re.search(rf"#define NCCL_{p}\s+(\d+)", header) for p in ("MAJOR", "MINOR", "PATCH")]
@@ -293,7 +291,8 @@ def probe_files(files, env: dict) -> dict:
                                None)
         if packages[label] is None and main_dir and dist_prefix in _VERSION_FILES:
             packages[label] = _version_from_file(files, posixpath.join(main_dir, _VERSION_FILES[dist_prefix]))
-    packages["nvidia-nccl"] = _nccl_version(files, main_dir, dists) if main_dir else None
+    if packages["nvidia-nccl"] is None and main_dir:
+        packages["nvidia-nccl"] = _nccl_header_version(files, main_dir)
     python = {"version": _python_version(main_dir or "", env), "executables": executables,
               "site_packages": main_dir, "searched": site_dirs}
     if vllm_dir is None:
