@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""The serving test image: what a vLLM serving image holds, minus the GPU work.
+
+    serving_image.py build            build it if missing, print its tag
+    serving_image.py archive PATH     also write it as a `docker save` archive (if PATH is missing)
+    serving_image.py big TAG          a copy padded past 1 GiB (for the image copy benchmark)
+
+Built locally on the node rootfs (Debian bookworm, Python 3.11; no registry
+is reachable here):
+- the real `ray` package (CPU) and its dependencies, from PyPI wheels
+  installed where pip puts them, with `ray` on PATH;
+- the real vLLM sources of the newest tested release, laid out as pip
+  installs them (image_probe reads them: version, flags, architectures);
+- /usr/local/bin/vllm: the inference stand-in (vllm_standin.py) with the
+  flag list recorded from that release's real parser.
+Downloads are cached in ~/.cache/vllmops; the tag is a hash of the recipe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+import nodes
+import vllm_sources
+
+REPO = "vllmops-test/serving"
+VLLM_VERSION = vllm_sources.TESTED_VERSIONS[-1]
+RAY = ["ray==2.40.0", "protobuf<5"]  # ray 2.40's generated protobuf code predates protobuf 5
+FLAGS = HERE.parent.parent / "fixtures" / "vllm" / "serve_flags" / f"{VLLM_VERSION}.json"
+SITE = "/usr/local/lib/python3.11/dist-packages"
+WHEELS = vllm_sources.CACHE.parent / "wheels" / "serving"
+
+DOCKERFILE = f"""\
+ARG BASE_IMAGE
+FROM ${{BASE_IMAGE}}
+COPY site/ {SITE}/
+COPY bin/ /usr/local/bin/
+COPY serve_flags.json /usr/local/share/vllmops-standin/serve_flags.json
+ENV CUDA_VERSION=13.0.1 NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility \\
+    PYTHONDONTWRITEBYTECODE=1 RAY_USAGE_STATS_ENABLED=0
+LABEL io.vllmops.test=serving
+ENTRYPOINT ["vllm", "serve"]
+"""
+
+LAUNCHERS = {
+    "vllm": "from vllm_standin import main",
+    "ray": "from ray.scripts.scripts import main",
+}
+
+
+def recipe_hash() -> str:
+    digest = hashlib.sha256()
+    for part in (DOCKERFILE, " ".join(RAY), VLLM_VERSION, nodes.recipe_hash(), platform.machine(),
+                 (HERE / "vllm_standin.py").read_text(), FLAGS.read_text()):
+        digest.update(part.encode())
+    return digest.hexdigest()[:12]
+
+
+def tag() -> str:
+    return f"{REPO}:{recipe_hash()}"
+
+
+def _wheels() -> Path:
+    """Ray and its dependencies as wheels for this CPU and Python 3.11, cached."""
+    WHEELS.mkdir(parents=True, exist_ok=True)
+    machine = platform.machine()
+    plats = [f"--platform={p}_{machine}" for p in ("manylinux2014", "manylinux_2_17", "manylinux_2_28", "linux")]
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                    "--only-binary", ":all:", "--python-version", "3.11", "--implementation", "cp", *plats,
+                    "--find-links", str(WHEELS), "-d", str(WHEELS), *RAY], check=True)
+    return WHEELS
+
+
+def _install_site(site: Path) -> None:
+    machine = platform.machine()
+    plats = [f"--platform={p}_{machine}" for p in ("manylinux2014", "manylinux_2_17", "manylinux_2_28", "linux")]
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index",
+                    "--find-links", str(_wheels()), "--only-binary", ":all:", "--python-version", "3.11",
+                    "--implementation", "cp", *plats, "--target", str(site), *RAY], check=True)
+    shutil.rmtree(site / "bin", ignore_errors=True)  # launchers with this machine's interpreter path
+    vllm_sources.install_layout(VLLM_VERSION, site)
+    shutil.copy(HERE / "vllm_standin.py", site / "vllm_standin.py")
+
+
+def build() -> str:
+    image = tag()
+    if nodes.image_exists(image):
+        return image
+    nodes.log(f"building {image} (ray, vLLM {VLLM_VERSION} sources, the inference stand-in)")
+    base = f"{nodes.IMAGE_REPO}-rootfs:{nodes.recipe_hash()}"
+    nodes.build_image()
+    with tempfile.TemporaryDirectory() as tmp:
+        context = Path(tmp)
+        _install_site(context / "site")
+        (context / "bin").mkdir()
+        for name, line in LAUNCHERS.items():
+            launcher = context / "bin" / name
+            launcher.write_text(f"#!/usr/bin/python3\nimport sys\n{line}\nsys.exit(main())\n")
+            launcher.chmod(0o755)
+        shutil.copy(FLAGS, context / "serve_flags.json")
+        (context / "Dockerfile").write_text(DOCKERFILE)
+        nodes.run(["docker", "build", "--quiet", "--build-arg", f"BASE_IMAGE={base}", "-t", image, str(context)])
+    return image
+
+
+def archive(path: Path) -> Path:
+    """The image as a `docker save` archive, written once per image tag."""
+    image = build()
+    if not path.exists():
+        partial = path.with_suffix(".part")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(partial, "wb") as out:
+            subprocess.run(["docker", "save", image], stdout=out, check=True)
+        partial.rename(path)
+    return path
+
+
+def build_big(big_tag: str, size_mib: int = 1100) -> str:
+    """The serving image plus an incompressible filler layer, so the copy is past 1 GiB."""
+    if nodes.image_exists(big_tag):
+        return big_tag
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "Dockerfile").write_text(
+            f"FROM {build()}\nRUN head -c {size_mib * 1048576} /dev/urandom > /opt/filler.bin\n")
+        nodes.run(["docker", "build", "--quiet", "-t", big_tag, tmp])
+    return big_tag
+
+
+def main(argv: list[str]) -> int:
+    try:
+        if argv == ["build"]:
+            print(build())
+        elif argv[:1] == ["archive"] and len(argv) == 2:
+            print(archive(Path(argv[1])))
+        elif argv[:1] == ["big"] and len(argv) == 2:
+            print(build_big(argv[1]))
+        else:
+            print(__doc__, file=sys.stderr)
+            return 2
+    except nodes.SandboxError as err:
+        print(f"serving image: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
