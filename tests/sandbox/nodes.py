@@ -258,15 +258,16 @@ def up(prefix: str, count: int, networks: list[str], gpus: list[str] | None = No
             "nodes": nodes}
 
 
-def write_inventory(path: Path, cluster: dict) -> None:
+def write_inventory(path: Path, cluster: dict, extra_vars: list[str] | None = None) -> None:
     """An Ansible inventory of the nodes, in the shape of inventories/spark."""
     hosts = "".join(f"        {n['name']}:\n          ansible_host: {n['address']}\n" for n in cluster["nodes"])
+    extra = "".join(f"        {key}: {json.dumps(value)}\n" for key, _, value in (v.partition("=") for v in extra_vars or []))
     path.write_text(
         "---\n# Written by tests/sandbox/nodes.py up; removed by make sandbox-down.\n"
         "all:\n  children:\n    vllm_nodes:\n      hosts:\n" + hosts +
         f"      vars:\n        ansible_user: {cluster['user']}\n"
         f"        ansible_ssh_private_key_file: {cluster['identity_file']}\n"
-        "        ansible_ssh_common_args: -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null\n")
+        "        ansible_ssh_common_args: -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null\n" + extra)
     log(f"inventory written to {path}")
 
 
@@ -300,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
                       help="simulated GPUs of node1, node2, ... in order (none for a node without); repeatable")
     p_up.add_argument("--copy", action="append", default=[], metavar="SRC:DEST",
                       help="copy a file or directory from this machine into every node; repeatable")
+    p_up.add_argument("--var", action="append", default=[], metavar="KEY=VALUE",
+                      help="also write this group variable into the inventory; repeatable")
     p_down = sub.add_parser("down")
     p_down.add_argument("--prefix", required=True)
     args = parser.parse_args(argv)
@@ -311,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "up":
             cluster = up(args.prefix, args.count, args.network, args.gpus, args.copy)
             if args.inventory:
-                write_inventory(args.inventory, cluster)
+                write_inventory(args.inventory, cluster, args.var)
             print(json.dumps(cluster, indent=2))
         else:
             down(args.prefix)

@@ -2,7 +2,8 @@
 """The serving test image: what a vLLM serving image holds, minus the GPU work.
 
     serving_image.py build            build it if missing, print its tag
-    serving_image.py archive PATH     also write it as a `docker save` archive (if PATH is missing)
+    serving_image.py archive [PATH]   also write it, named vllmops-sandbox/vllm-openai:vVERSION, as a
+                                      `docker save` archive (default ~/.cache/vllmops/images/), print the path
     serving_image.py big TAG          a copy padded past 1 GiB (for the image copy benchmark)
 
 Built locally on the node rootfs (Debian bookworm, Python 3.11; no registry
@@ -32,6 +33,9 @@ import nodes
 import vllm_sources
 
 REPO = "vllmops-test/serving"
+# The name the sandbox inventory deploys, as a vendor image would be named.
+SANDBOX_NAME = "vllmops-sandbox/vllm-openai:v" + vllm_sources.TESTED_VERSIONS[-1]
+ARCHIVES = vllm_sources.CACHE.parent / "images"
 VLLM_VERSION = vllm_sources.TESTED_VERSIONS[-1]
 RAY = ["ray==2.40.0", "protobuf<5"]  # ray 2.40's generated protobuf code predates protobuf 5
 FLAGS = HERE.parent.parent / "fixtures" / "vllm" / "serve_flags" / f"{VLLM_VERSION}.json"
@@ -111,14 +115,17 @@ def build() -> str:
     return image
 
 
-def archive(path: Path) -> Path:
-    """The image as a `docker save` archive, written once per image tag."""
+def archive(path: Path | None = None) -> Path:
+    """The image, named SANDBOX_NAME, as a `docker save` archive (the sandbox's
+    "image from the vendor"); written once per recipe."""
     image = build()
+    path = path or ARCHIVES / f"serving-{recipe_hash()}.tar"
     if not path.exists():
+        nodes.run(["docker", "tag", image, SANDBOX_NAME])
         partial = path.with_suffix(".part")
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(partial, "wb") as out:
-            subprocess.run(["docker", "save", image], stdout=out, check=True)
+            subprocess.run(["docker", "save", SANDBOX_NAME], stdout=out, check=True)
         partial.rename(path)
     return path
 
@@ -138,8 +145,8 @@ def main(argv: list[str]) -> int:
     try:
         if argv == ["build"]:
             print(build())
-        elif argv[:1] == ["archive"] and len(argv) == 2:
-            print(archive(Path(argv[1])))
+        elif argv[:1] == ["archive"] and len(argv) <= 2:
+            print(archive(Path(argv[1]) if len(argv) == 2 else None))
         elif argv[:1] == ["big"] and len(argv) == 2:
             print(build_big(argv[1]))
         else:

@@ -1,0 +1,136 @@
+#!/usr/bin/python
+# Copyright: vllmops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: image_source
+short_description: Identify a Docker image source and stream it, once each, to the nodes that lack it
+version_added: 0.1.0
+description:
+  - Reports the image ID, tags and size of an image on this host's Docker Engine (O(image)) or of a
+    C(docker save) archive (O(archive)), without changing anything.
+  - With O(tokens), serves the image over HTTP on O(address):O(port), once to each token (the request path),
+    as C(docker save) output or the archive's bytes, streamed; no temporary file of the whole image is written.
+    It returns when every token was served or at O(deadline). Run it with C(async) while the receivers run
+    M(vllmops.cluster.image_receive).
+  - Anyone who can reach the port and knows a token can read the image: bind it to the cluster network.
+options:
+  image:
+    description: Image name:tag or ID on this host's Docker Engine. One of O(image) and O(archive) is required.
+    type: str
+  archive:
+    description: A C(docker save) archive of exactly one image, on this host.
+    type: path
+  tokens:
+    description: One secret per receiver; each is served once. Empty to only identify the source.
+    type: list
+    elements: str
+    default: []
+    no_log: true
+  address:
+    description: Address to listen on.
+    type: str
+    default: 0.0.0.0
+  port:
+    description: TCP port to listen on.
+    type: int
+    default: 29700
+  deadline:
+    description: Seconds to wait for every receiver to finish before giving up.
+    type: int
+    default: 3600
+  docker_cli:
+    description: The docker client to run.
+    type: str
+    default: docker
+attributes:
+  check_mode:
+    support: partial
+    description: Identifies the source; never serves in check mode.
+  diff_mode:
+    support: none
+    description: Nothing on the host changes.
+  idempotent:
+    support: full
+    description: Never changes the host it runs on.
+author:
+  - vllmops.cluster developers (@vllmops)
+"""
+
+EXAMPLES = r"""
+- name: Identify a docker save archive on the controller
+  vllmops.cluster.image_source:
+    archive: /srv/images/vllm-openai-v0.33.0.tar
+  delegate_to: localhost
+  register: source
+"""
+
+RETURN = r"""
+image_id:
+  description: The source image's ID (sha256 of its config).
+  returned: success
+  type: str
+repo_tags:
+  description: Its tags.
+  returned: success
+  type: list
+  elements: str
+size_bytes:
+  description: Bytes of the archive, or the image's size on the engine.
+  returned: success
+  type: int
+served:
+  description: Bytes streamed to each receiver, in the order of O(tokens).
+  returned: when O(tokens) was given
+  type: list
+  elements: int
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import (
+    TransferError, ImageStream, archive_image, local_image, serve)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            image=dict(type="str"),
+            archive=dict(type="path"),
+            tokens=dict(type="list", elements="str", default=[], no_log=True),
+            address=dict(type="str", default="0.0.0.0"),
+            port=dict(type="int", default=29700),
+            deadline=dict(type="int", default=3600),
+            docker_cli=dict(type="str", default="docker"),
+        ),
+        required_one_of=[("image", "archive")],
+        mutually_exclusive=[("image", "archive")],
+        supports_check_mode=True,
+    )
+    params = module.params
+    try:
+        if params["archive"]:
+            found = archive_image(params["archive"])
+        else:
+            found = local_image(module.get_bin_path(params["docker_cli"], required=True), params["image"])
+            if found is None:
+                module.fail_json(msg=f"the image source has no image {params['image']}: load or pull it there, "
+                                     "or name another source (image_source_host / image_archive)")
+        image_id, tags, size = found
+        result = dict(changed=False, image_id=image_id, repo_tags=tags, size_bytes=size)
+        if params["tokens"] and not module.check_mode:
+            source = ImageStream(params["docker_cli"], image=params["image"], archive=params["archive"])
+            sent = serve(source, params["address"], params["port"], params["tokens"], params["deadline"])
+            result["served"] = [sent[token] if isinstance(sent[token], int) else 0 for token in params["tokens"]]
+            problems = [sent[token] for token in params["tokens"] if not isinstance(sent[token], int)]
+            if problems:
+                module.fail_json(msg="serving the image: " + "; ".join(sorted(set(problems))), **result)
+    except TransferError as err:
+        module.fail_json(msg=str(err))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
