@@ -171,9 +171,9 @@ def startup(served: dict, recorded: dict) -> int | None:
     tp = int(option(options, "--tensor-parallel-size", "-tp", default=1))
     pp = int(option(options, "--pipeline-parallel-size", "-pp", default=1))
     world = tp * pp
-    backend = option(options, "--distributed-executor-backend", default="ray" if world > local_gpus() else "mp")
     gpus = local_gpus()
-    if gpus == 0 and backend != "ray":
+    backend = option(options, "--distributed-executor-backend", default="ray" if world > gpus else "mp")
+    if gpus == 0:  # vLLM finds no platform before it looks at any backend
         return fail(["RuntimeError: Failed to infer device type, please set the environment variable "
                      "`VLLM_LOGGING_LEVEL=DEBUG` to turn on verbose logging to help debug the issue."])
     log("INFO", "config.py:1604", f"Defaulting to use {backend} for distributed inference")
