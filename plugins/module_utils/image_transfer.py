@@ -12,6 +12,7 @@ stream.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import os
@@ -20,8 +21,9 @@ import tarfile
 import threading
 import time
 import urllib.error
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from ansible.module_utils.urls import open_url
 
 CHUNK = 1 << 20
 
@@ -36,7 +38,7 @@ def archive_image(path):
         with tarfile.open(path, mode="r:") as tar:
             manifest = json.load(tar.extractfile("manifest.json"))
     except (OSError, KeyError, tarfile.TarError, ValueError) as err:
-        raise TransferError(f"{path} is not a `docker save` archive ({err})")
+        raise TransferError(f"{path} is not a `docker save` archive ({err})") from err
     if len(manifest) != 1:
         raise TransferError(f"{path} holds {len(manifest)} images; the image role copies archives of exactly one")
     config = manifest[0]["Config"]
@@ -103,7 +105,7 @@ def serve(source, address, port, tokens, deadline_s, idle_s=120):
         def log_message(self, fmt, *args):
             pass
 
-        def do_GET(self):  # noqa: N802 (http.server's name)
+        def do_GET(self):
             token = self.path.lstrip("/")
             with lock:
                 match = next((t for t in pending if hmac.compare_digest(t, token)), None)
@@ -132,7 +134,7 @@ def serve(source, address, port, tokens, deadline_s, idle_s=120):
     try:
         server = ThreadingHTTPServer((address, port), Handler)
     except OSError as err:
-        raise TransferError(f"cannot listen on {address}:{port} ({err.strerror}); set image_transfer_port to a free port")
+        raise TransferError(f"cannot listen on {address}:{port} ({err.strerror}); set image_transfer_port to a free port") from err
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -172,14 +174,14 @@ def receive(docker_cli, url, connect_deadline_s=60, progress_path=None, total_by
     end = time.monotonic() + connect_deadline_s
     while True:
         try:
-            response = urllib.request.urlopen(url, timeout=60)  # noqa: S310 (http only, inside the cluster)
+            response = open_url(url, timeout=60)
             break
         except urllib.error.HTTPError as err:
-            raise TransferError(f"the image source refused {url.rsplit('/', 1)[0]}/… (HTTP {err.code})")
+            raise TransferError(f"the image source refused {url.rsplit('/', 1)[0]}/… (HTTP {err.code})") from err
         except (urllib.error.URLError, OSError) as err:
             if time.monotonic() > end:
                 raise TransferError(f"cannot reach the image source at {url.rsplit('/', 1)[0]} ({err}); "
-                                    "check that this node reaches that address (image_transfer_address)")
+                                    "check that this node reaches that address (image_transfer_address)") from err
             time.sleep(0.5)
     progress = _Progress(progress_path, total_bytes)
     started = time.monotonic()
@@ -197,12 +199,10 @@ def receive(docker_cli, url, connect_deadline_s=60, progress_path=None, total_by
     except (OSError, ValueError) as err:
         load.kill()
         progress.update(received, "failed", force=True)
-        raise TransferError(f"the copy broke after {received} bytes: {err}")
+        raise TransferError(f"the copy broke after {received} bytes: {err}") from err
     finally:
-        try:
+        with contextlib.suppress(OSError):
             load.stdin.close()
-        except OSError:
-            pass
     stdout, stderr = load.stdout.read(), load.stderr.read()  # docker load says a line or two
     load.wait()
     seconds = time.monotonic() - started

@@ -86,9 +86,7 @@ seconds:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import (
-    TransferError, local_image, receive)
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import TransferError, local_image, receive
 
 
 def main():

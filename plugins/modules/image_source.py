@@ -15,7 +15,7 @@ description:
     as C(docker save) output or the archive's bytes, streamed; no temporary file of the whole image is written.
     It returns when every token was served or at O(deadline). Run it with C(async) while the receivers run
     M(vllmops.cluster.image_receive).
-  - Anyone who can reach the port and knows a token can read the image: bind it to the cluster network.
+  - Anyone who can reach the port and knows a token can read the image, so bind it to the cluster network.
 options:
   image:
     description: Image name:tag or ID on this host's Docker Engine. One of O(image) and O(archive) is required.
@@ -28,7 +28,6 @@ options:
     type: list
     elements: str
     default: []
-    no_log: true
   address:
     description: Address to listen on.
     type: str
@@ -48,7 +47,8 @@ options:
 attributes:
   check_mode:
     support: partial
-    description: Identifies the source; never serves in check mode.
+    details: Identifies the source; never serves in check mode.
+    description: Can run in check mode and return changed status prediction without modifying target.
   diff_mode:
     support: none
     description: Nothing on the host changes.
@@ -89,9 +89,7 @@ served:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import (
-    TransferError, ImageStream, archive_image, local_image, serve)
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import ImageStream, TransferError, archive_image, local_image, serve
 
 
 def main():

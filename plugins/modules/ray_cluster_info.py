@@ -10,7 +10,7 @@ short_description: Read the Ray cluster from its head and wait until the expecte
 version_added: 0.1.0
 description:
   - Runs a short Ray driver with the image's own Python inside the head's Ray container (C(docker exec)) and
-    reads C(ray.nodes()): every node's address, liveness and declared GPUs.
+    reads C(ray.nodes()) - every node's address, liveness and declared GPUs.
   - With O(expected_nodes), polls until each expected node's address is alive with its GPUs, or fails at
     O(timeout) naming the nodes that are missing or short of GPUs.
 options:
@@ -107,9 +107,7 @@ waited:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-
-from ansible_collections.vllmops.cluster.plugins.module_utils.ray_cluster import (
-    NODES_SCRIPT, RayClusterError, compare, describe, parse_nodes)
+from ansible_collections.vllmops.cluster.plugins.module_utils.ray_cluster import NODES_SCRIPT, RayClusterError, compare, describe, parse_nodes
 
 
 def read_nodes(module, docker, container):

@@ -29,8 +29,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-import nodes
-import vllm_sources
+import nodes  # noqa: E402
+import vllm_sources  # noqa: E402
 
 REPO = "vllmops-test/serving"
 # The name the sandbox inventory deploys, as a vendor image would be named.

@@ -266,7 +266,7 @@ def make_handler(engine: Engine, api_key: str | None):
                 return False
             return True
 
-        def do_GET(self):  # noqa: N802 (http.server's name)
+        def do_GET(self):
             if self.path == "/health":
                 self._send(200, b"", "text/plain")
             elif self.path == "/v1/models":
@@ -287,7 +287,7 @@ def make_handler(engine: Engine, api_key: str | None):
             else:
                 self._send(404, json.dumps({"detail": "Not Found"}).encode())
 
-        def do_POST(self):  # noqa: N802
+        def do_POST(self):
             if self.path != "/v1/completions":
                 self._send(404, json.dumps({"detail": "Not Found"}).encode())
                 return

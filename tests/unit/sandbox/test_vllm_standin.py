@@ -142,7 +142,7 @@ def test_it_serves_health_models_completions_and_metrics(server):
     assert [m["id"] for m in models["data"]] == ["demo"]
     done = json.loads(call(server + "/v1/completions", {"model": "demo", "prompt": "hello there", "max_tokens": 5})[1])
     assert done["usage"] == {"prompt_tokens": 2, "completion_tokens": 5, "total_tokens": 7}
-    status, stream = call(server + "/v1/completions", {"model": "demo", "prompt": "hi", "max_tokens": 3, "stream": True})
+    _status, stream = call(server + "/v1/completions", {"model": "demo", "prompt": "hi", "max_tokens": 3, "stream": True})
     events = [line[len("data: "):] for line in stream.splitlines() if line.startswith("data: ")]
     assert events[-1] == "[DONE]" and len(events) == 4
     metrics = call(server + "/metrics")[1]

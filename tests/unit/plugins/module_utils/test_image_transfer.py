@@ -9,8 +9,7 @@ import tarfile
 import threading
 
 import pytest
-from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import (
-    ImageStream, TransferError, archive_image, receive, serve)
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import ImageStream, TransferError, archive_image, receive, serve
 
 
 def make_archive(path, images=1, payload=b"layer-bytes" * 5000):
@@ -110,7 +109,7 @@ def test_a_receiver_that_never_comes_lets_the_source_go_after_the_idle_time(tmp_
 
 
 def test_an_unreachable_source_is_named(fake_docker):
-    with pytest.raises(TransferError, match="cannot reach the image source at http://127.0.0.1:"):
+    with pytest.raises(TransferError, match=r"cannot reach the image source at http://127\.0\.0\.1:"):
         receive(str(fake_docker), f"http://127.0.0.1:{free_port()}/tok", connect_deadline_s=1)
 
 
@@ -133,6 +132,6 @@ def test_a_failing_docker_load_is_reported(tmp_path):
     broken.chmod(0o755)
     port = free_port()
     thread, _ = serve_in_background(ImageStream("docker", archive=archive), port, ["t"])
-    with pytest.raises(TransferError, match="docker load failed after .* no space left on device"):
+    with pytest.raises(TransferError, match=r"docker load failed after .* no space left on device"):
         receive(str(broken), f"http://127.0.0.1:{port}/t", connect_deadline_s=10)
     thread.join(10)

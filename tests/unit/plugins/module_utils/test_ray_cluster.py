@@ -3,8 +3,7 @@
 import json
 
 import pytest
-from ansible_collections.vllmops.cluster.plugins.module_utils.ray_cluster import (
-    RayClusterError, compare, describe, parse_nodes)
+from ansible_collections.vllmops.cluster.plugins.module_utils.ray_cluster import RayClusterError, compare, describe, parse_nodes
 
 
 def ray_node(address, alive=True, gpus=1.0, head=False, node_id=None):
