@@ -258,10 +258,18 @@ def up(prefix: str, count: int, networks: list[str], gpus: list[str] | None = No
             "nodes": nodes}
 
 
+def _scalar(text: str):
+    """KEY=VALUE's value: JSON when it parses (false, 3, [..]), else the string."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def write_inventory(path: Path, cluster: dict, extra_vars: list[str] | None = None) -> None:
     """An Ansible inventory of the nodes, in the shape of inventories/spark."""
     hosts = "".join(f"        {n['name']}:\n          ansible_host: {n['address']}\n" for n in cluster["nodes"])
-    extra = "".join(f"        {key}: {json.dumps(value)}\n" for key, _, value in (v.partition("=") for v in extra_vars or []))
+    extra = "".join(f"        {key}: {json.dumps(_scalar(value))}\n" for key, _, value in (v.partition("=") for v in extra_vars or []))
     path.write_text(
         "---\n# Written by tests/sandbox/nodes.py up; removed by make sandbox-down.\n"
         "all:\n  children:\n    vllm_nodes:\n      hosts:\n" + hosts +

@@ -72,23 +72,28 @@ def tag() -> str:
     return f"{REPO}:{recipe_hash()}"
 
 
+def _pip(*args: str) -> None:
+    """pip, quiet unless it fails (this machine's pip config warns about a missing local index)."""
+    proc = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise nodes.SandboxError(f"pip {args[0]} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+
+
 def _wheels() -> Path:
     """Ray and its dependencies as wheels for this CPU and Python 3.11, cached."""
     WHEELS.mkdir(parents=True, exist_ok=True)
     machine = platform.machine()
     plats = [f"--platform={p}_{machine}" for p in ("manylinux2014", "manylinux_2_17", "manylinux_2_28", "linux")]
-    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
-                    "--only-binary", ":all:", "--python-version", "3.11", "--implementation", "cp", *plats,
-                    "--find-links", str(WHEELS), "-d", str(WHEELS), *RAY], check=True)
+    _pip("download", "--quiet", "--disable-pip-version-check", "--only-binary", ":all:", "--python-version", "3.11",
+         "--implementation", "cp", *plats, "--find-links", str(WHEELS), "-d", str(WHEELS), *RAY)
     return WHEELS
 
 
 def _install_site(site: Path) -> None:
     machine = platform.machine()
     plats = [f"--platform={p}_{machine}" for p in ("manylinux2014", "manylinux_2_17", "manylinux_2_28", "linux")]
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-index",
-                    "--find-links", str(_wheels()), "--only-binary", ":all:", "--python-version", "3.11",
-                    "--implementation", "cp", *plats, "--target", str(site), *RAY], check=True)
+    _pip("install", "--quiet", "--disable-pip-version-check", "--no-index", "--find-links", str(_wheels()),
+         "--only-binary", ":all:", "--python-version", "3.11", "--implementation", "cp", *plats, "--target", str(site), *RAY)
     shutil.rmtree(site / "bin", ignore_errors=True)  # launchers with this machine's interpreter path
     vllm_sources.install_layout(VLLM_VERSION, site)
     shutil.copy(HERE / "vllm_standin.py", site / "vllm_standin.py")
