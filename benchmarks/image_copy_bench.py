@@ -64,7 +64,7 @@ def playbook(inventory: Path, book: Path, *args: str) -> tuple[float, dict]:
 def task_results(report: dict, name: str) -> dict:
     for play in report["plays"]:
         for task in play["tasks"]:
-            if task["task"]["name"] == name:
+            if task["task"]["name"].split(" : ")[-1] == name:  # role tasks may carry the role's name
                 return task["hosts"]
     return {}
 
