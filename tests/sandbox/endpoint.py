@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
         with urllib.request.urlopen(url + "/health", timeout=5) as resp:
             state = f"healthy (/health {resp.status})"
     except (urllib.error.URLError, OSError) as err:
-        state = f"not serving yet ({getattr(err, 'reason', err)}): deploy.yml ends with the Ray cluster until vllm_serve lands"
+        state = f"NOT answering ({getattr(err, 'reason', err)}): see `journalctl -u vllmops-vllm` on the head"
     print(f"sandbox endpoint: {url}  (head {name}; {state})")
     return 0
 
