@@ -119,7 +119,8 @@ def gate_molecule() -> int:
 
 def gate_sandbox() -> int:
     """The README's main job: `make sandbox` on a fresh sandbox, then again
-    (the re-run must change nothing), then `make sandbox-down`. It uses the
+    (the re-run must change nothing and end with a healthy endpoint), then
+    `make sandbox-down`. It uses the
     sandbox's own names and network, so a sandbox left running is replaced."""
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}")
     make = ["make", "--no-print-directory"]
@@ -133,6 +134,9 @@ def gate_sandbox() -> int:
         recap = [line for line in again.stdout.splitlines() if " changed=" in line and " ok=" in line]
         if again.returncode or not recap or any(" changed=0 " not in line for line in recap):
             print("FAILED: the second run changed something (or failed)", flush=True)
+            return 1
+        if "healthy (/health 200)" not in again.stdout:
+            print("FAILED: make sandbox did not end with a healthy endpoint", flush=True)
             return 1
         return 0
     finally:
