@@ -1,0 +1,204 @@
+#!/usr/bin/python
+# Copyright: vllmops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: vllm_ready
+short_description: Wait until a vLLM server answers, or say in one line why it will not
+version_added: 0.1.0
+description:
+  - Polls the server's C(/health), then checks that C(/v1/models) lists O(served_model_name) and that one short
+    completion succeeds, until O(timeout).
+  - Fails fast, without waiting out the deadline, when the systemd O(unit) stopped or systemd is restarting it
+    (the process exited), and when its log makes no progress for O(hang_window) seconds before the server
+    answers (a hang, for example NCCL init across nodes that cannot reach each other).
+  - On failure reads the unit's log since O(since) and classifies it - C(unknown_flag), C(unsupported_architecture),
+    C(gpu_unavailable), C(oom), C(nccl_failure), C(ray_placement), C(port_in_use), C(model_not_found), C(hang)
+    or C(unknown) - with the matching log lines as evidence and the fix to try.
+  - With O(log_file) it only classifies a saved log (C(none) for a healthy start-up), waiting for nothing.
+options:
+  url:
+    description: Base URL of the server, for example C(http://127.0.0.1:8000).
+    type: str
+    default: http://127.0.0.1:8000
+  served_model_name:
+    description: The name C(/v1/models) must list; the completion asks for it.
+    type: str
+  api_key:
+    description: Bearer token for C(/v1/*).
+    type: str
+  unit:
+    description: The systemd unit running the server; its state and journal are read.
+    type: str
+    default: vllmops-vllm
+  since:
+    description: Read the unit's journal from this time (seconds since the epoch); default the unit's last start.
+    type: float
+  timeout:
+    description: Seconds to wait for the server to answer.
+    type: int
+    default: 900
+  hang_window:
+    description: Seconds without a new log line (and no answer) after which start-up counts as hung. 0 turns it off.
+    type: int
+    default: 300
+  interval:
+    description: Seconds between checks.
+    type: int
+    default: 2
+  log_file:
+    description: Classify this saved log instead of waiting for a server.
+    type: path
+attributes:
+  check_mode:
+    support: full
+    description: Only reads.
+  diff_mode:
+    support: none
+    description: Nothing changes.
+  idempotent:
+    support: full
+    description: Never changes the host.
+author:
+  - vllmops.cluster developers (@vllmops)
+"""
+
+EXAMPLES = r"""
+- name: Wait for vLLM after a restart
+  vllmops.cluster.vllm_ready:
+    served_model_name: qwen3.5-122b
+    api_key: "{{ vllm_serve_api_key }}"
+    timeout: 900
+    hang_window: 300
+
+- name: Why did last night's server die?
+  vllmops.cluster.vllm_ready:
+    log_file: /tmp/vllm-crash.log
+  register: diagnosis
+"""
+
+RETURN = r"""
+ready:
+  description: The server answered health, models and a completion.
+  returned: always
+  type: bool
+failure_class:
+  description: C(none) when healthy, else the cause class.
+  returned: always
+  type: str
+evidence:
+  description: The log lines that show the cause (cleaned of prefixes and colours).
+  returned: always
+  type: list
+  elements: str
+hint:
+  description: The fix to try.
+  returned: always
+  type: str
+waited:
+  description: Seconds waited.
+  returned: always
+  type: float
+log_tail:
+  description: The last lines of the log read.
+  returned: always
+  type: list
+  elements: str
+"""
+
+import json
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.urls import open_url
+from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_logs import HANG_HINT, classify
+
+
+def unit_state(module, unit):
+    rc, out, _err = module.run_command(["systemctl", "show", unit, "--property=ActiveState,SubState,NRestarts,ExecMainStartTimestampMonotonic"])
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
+    return props
+
+
+def journal(module, unit, since):
+    rc, out, _err = module.run_command(["journalctl", "--unit", unit, "--since", f"@{int(since)}", "--no-pager", "--output", "cat"])
+    return out.splitlines() if rc == 0 else []
+
+
+def answers(module, params):
+    headers = {"Authorization": f"Bearer {params['api_key']}"} if params["api_key"] else {}
+    try:
+        open_url(params["url"] + "/health", timeout=5).read()
+        models = json.loads(open_url(params["url"] + "/v1/models", headers=headers, timeout=10).read())
+        names = [model.get("id") for model in models.get("data", [])]
+        if params["served_model_name"] and params["served_model_name"] not in names:
+            return False, f"/v1/models lists {names}, not {params['served_model_name']}"
+        body = json.dumps({"model": params["served_model_name"] or names[0], "prompt": "Hello", "max_tokens": 4})
+        done = json.loads(open_url(params["url"] + "/v1/completions", data=body, method="POST", timeout=120,
+                                   headers=dict(headers, **{"Content-Type": "application/json"})).read())
+        return bool(done.get("choices")), "completion without choices"
+    except Exception as err:  # any failure means: not ready yet
+        return False, str(err)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            url=dict(type="str", default="http://127.0.0.1:8000"),
+            served_model_name=dict(type="str"),
+            api_key=dict(type="str", no_log=True),
+            unit=dict(type="str", default="vllmops-vllm"),
+            since=dict(type="float"),
+            timeout=dict(type="int", default=900),
+            hang_window=dict(type="int", default=300),
+            interval=dict(type="int", default=2),
+            log_file=dict(type="path"),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    if params["log_file"]:
+        try:
+            with open(params["log_file"], errors="replace") as handle:
+                lines = handle.read().splitlines()
+        except OSError as err:
+            module.fail_json(msg=f"cannot read {params['log_file']}: {err}")
+        failure_class, evidence, hint = classify(lines, exited=None)
+        module.exit_json(changed=False, ready=failure_class == "none", failure_class=failure_class, evidence=evidence,
+                         hint=hint, waited=0.0, log_tail=lines[-20:])
+
+    started = time.monotonic()
+    first = unit_state(module, params["unit"])
+    since = params["since"] or (time.time() - 2)
+    restarts = first.get("NRestarts")
+    last_lines, last_change = 0, time.monotonic()
+    why = "no answer yet"
+    while True:
+        ready, why = answers(module, params)
+        waited = round(time.monotonic() - started, 1)
+        lines = journal(module, params["unit"], since)
+        if ready:
+            module.exit_json(changed=False, ready=True, failure_class="none", evidence=[], hint="", waited=waited,
+                             log_tail=lines[-5:])
+        state = unit_state(module, params["unit"])
+        exited = (state.get("ActiveState") in ("failed", "inactive") or state.get("SubState") == "auto-restart"
+                  or state.get("NRestarts") != restarts)
+        if len(lines) != last_lines:
+            last_lines, last_change = len(lines), time.monotonic()
+        hung = params["hang_window"] and time.monotonic() - last_change >= params["hang_window"]
+        if exited or hung or waited >= params["timeout"]:
+            failure_class, evidence, hint = classify(lines, exited=exited)
+            if not exited and failure_class in ("none", "unknown"):
+                failure_class, evidence, hint = "hang", [line for line in lines if line.strip()][-5:], HANG_HINT
+            cause = ("the process exited" if exited else
+                     f"no new log line for {params['hang_window']} s" if hung else f"no answer within {params['timeout']} s")
+            module.fail_json(
+                msg=f"vLLM is not ready ({cause}; last answer: {why}): {failure_class} - {hint}",
+                ready=False, failure_class=failure_class, evidence=evidence, hint=hint, waited=waited, log_tail=lines[-20:])
+        time.sleep(params["interval"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,64 @@
+"""The log classifier on realistic vLLM / NCCL / Ray / kernel log excerpts (tests/fixtures/vllm_logs)."""
+
+from pathlib import Path
+
+import pytest
+from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_logs import FAILURE_CLASSES, classify, clean
+
+LOGS = Path(__file__).resolve().parents[3] / "fixtures" / "vllm_logs"
+
+
+def lines(name):
+    return (LOGS / name).read_text().splitlines()
+
+
+@pytest.mark.parametrize(("log", "exited", "expected", "evidence"), [
+    ("unknown_flag.log", True, "unknown_flag", "unrecognized arguments: --num-scheduler-steps 10"),
+    ("unsupported_architecture.log", True, "unsupported_architecture", "Qwen3_5MoeForConditionalGeneration"),
+    ("gpu_unavailable.log", True, "gpu_unavailable", "Failed to infer device type"),
+    ("oom_cuda.log", True, "oom", "CUDA out of memory"),
+    ("oom_kv_cache.log", True, "oom", "No available memory for the cache blocks"),
+    ("oom_killed.log", True, "oom", "Killed process 99231"),
+    ("nccl_timeout.log", True, "nccl_failure", "Watchdog caught collective operation timeout"),
+    ("gloo_mesh.log", True, "nccl_failure", "connectFullMesh"),
+    ("nccl_socket.log", True, "nccl_failure", "Connect to 10.0.0.2<45523> failed"),
+    ("ray_placement.log", False, "ray_placement", "No available node types can fulfill resource request"),
+    ("port_in_use.log", True, "port_in_use", "address already in use"),
+    ("model_not_found.log", True, "model_not_found", "Can't load the configuration"),
+    ("healthy.log", False, "none", "Application startup complete."),
+])
+def test_each_log_gets_its_class_and_evidence(log, exited, expected, evidence):
+    failure_class, found, hint = classify(lines(log), exited=exited)
+    assert failure_class == expected
+    assert any(evidence in line for line in found), found
+    assert (hint == "") == (expected == "none")
+
+
+def test_startup_complete_before_the_real_error_is_not_healthy():
+    failure_class, _, _ = classify(lines("port_in_use.log"), exited=True)
+    assert failure_class == "port_in_use"
+
+
+def test_init_complete_then_a_hang_is_nccl_not_healthy():
+    # NCCL says "Init COMPLETE"; the first collective then times out.
+    assert classify(lines("nccl_timeout.log"), exited=True)[0] == "nccl_failure"
+
+
+def test_an_nccl_fallback_warning_in_a_healthy_log_is_not_a_failure():
+    assert classify(lines("healthy.log"), exited=False)[0] == "none"
+
+
+def test_an_exit_without_a_known_signature_is_unknown_with_the_tail():
+    failure_class, evidence, hint = classify(["INFO starting", "Segmentation fault (core dumped)"], exited=True)
+    assert failure_class == "unknown" and evidence[-1] == "Segmentation fault (core dumped)" and hint
+
+
+def test_prefixes_and_colours_are_removed():
+    assert clean("vllm-1  | \x1b[31mERROR\x1b[0m boom") == "ERROR boom"
+    assert clean("Nov 29 10:20:15 spark-1 docker[4411]: text") == "text"
+    assert clean("2026-11-29T10:00:02.523456789Z RuntimeError: x") == "RuntimeError: x"
+
+
+def test_every_class_is_known():
+    for log in LOGS.iterdir():
+        assert classify(lines(log.name), exited=True)[0] in FAILURE_CLASSES
