@@ -233,6 +233,9 @@ def toolkit_facts(module) -> dict:
 
 
 def docker_facts(module, docker: str) -> dict:
+    if not module.get_bin_path(docker):
+        return {"nvidia_runtime": False, "runtimes": [], "error":
+                f"Docker Engine is not installed (no {docker} client): apply the role vllmops.cluster.docker"}
     rc, out, err = module.run_command([docker, "info", "--format", "{{json .}}"])
     if rc != 0:
         return {"nvidia_runtime": False, "runtimes": [], "error":
