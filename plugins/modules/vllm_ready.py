@@ -117,7 +117,7 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_logs import H
 
 
 def unit_state(module, unit):
-    rc, out, _err = module.run_command(["systemctl", "show", unit, "--property=ActiveState,SubState,NRestarts,ExecMainStartTimestampMonotonic"])
+    rc, out, _err = module.run_command(["systemctl", "show", unit, "--property=ActiveState,SubState,NRestarts"])
     props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
     return props
 
