@@ -37,11 +37,8 @@ options:
     description: Seconds the passthrough container may take.
     type: int
     default: 120
-  docker_cli:
-    description: The docker client to run.
-    type: str
-    default: docker
 extends_documentation_fragment:
+  - vllmops.cluster.docker_cli
   - vllmops.cluster.info_module
 author:
   - vllmops.cluster developers (@vllmops)

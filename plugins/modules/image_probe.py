@@ -50,11 +50,8 @@ options:
     type: str
     choices: [auto, overlay2, container]
     default: auto
-  docker_cli:
-    description: The docker client to run.
-    type: str
-    default: docker
 extends_documentation_fragment:
+  - vllmops.cluster.docker_cli
   - vllmops.cluster.info_module
 author:
   - vllmops.cluster developers (@vllmops)

@@ -37,10 +37,8 @@ options:
     description: Seconds to keep trying to reach the source.
     type: int
     default: 60
-  docker_cli:
-    description: The docker client to run.
-    type: str
-    default: docker
+extends_documentation_fragment:
+  - vllmops.cluster.docker_cli
 attributes:
   check_mode:
     support: full

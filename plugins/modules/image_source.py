@@ -40,10 +40,8 @@ options:
     description: Seconds to wait for every receiver to finish before giving up.
     type: int
     default: 3600
-  docker_cli:
-    description: The docker client to run.
-    type: str
-    default: docker
+extends_documentation_fragment:
+  - vllmops.cluster.docker_cli
 attributes:
   check_mode:
     support: partial

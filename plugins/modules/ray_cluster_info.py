@@ -36,11 +36,8 @@ options:
     description: Seconds between reads.
     type: int
     default: 3
-  docker_cli:
-    description: The docker client to run.
-    type: str
-    default: docker
 extends_documentation_fragment:
+  - vllmops.cluster.docker_cli
   - vllmops.cluster.info_module
 author:
   - vllmops.cluster developers (@vllmops)
