@@ -23,8 +23,8 @@ sandbox: venv
 	$(PY) tests/sandbox/nodes.py up --prefix $(SANDBOX_PREFIX) --count $(SANDBOX_NODES) \
 	  --network $(SANDBOX_PREFIX)-mgmt --network $(SANDBOX_PREFIX)-cluster=10.88.0.0/24 \
 	  --gpus gb10:1 --gpus gb10:1 --copy "$$($(PY) tests/sandbox/gpu/toolkit_repo.py build):/srv/vllmops-nvidia-repo" \
-	  --copy tests/sandbox/serving/model/.:/srv/models/sandbox-qwen3 \
-	  --inventory inventories/sandbox/hosts.yml --var image_archive=$$($(PY) tests/sandbox/serving/serving_image.py archive) >/dev/null
+	  --copy "$$($(PY) tests/sandbox/serving/real_vllm.py model)/.:/srv/models/sandbox-tiny" \
+	  --inventory inventories/sandbox/hosts.yml --var image_archive=$$($(PY) tests/sandbox/serving/real_vllm.py archive) >/dev/null
 	ansible-playbook deploy.yml -i inventories/sandbox
 	$(PY) tests/sandbox/endpoint.py inventories/sandbox
 

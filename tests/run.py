@@ -119,7 +119,8 @@ def gate_molecule() -> int:
 
 def gate_sandbox() -> int:
     """The README's main job: `make sandbox` on a fresh sandbox, then again
-    (the re-run must change nothing and end with a healthy endpoint), then
+    (the re-run must change nothing and end with a healthy endpoint and a real
+    completion), then the tests over that converged cluster (tests/e2e), then
     `make sandbox-down`. It uses the
     sandbox's own names and network, so a sandbox left running is replaced."""
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}")
@@ -135,10 +136,11 @@ def gate_sandbox() -> int:
         if again.returncode or not recap or any(" changed=0 " not in line for line in recap):
             print("FAILED: the second run changed something (or failed)", flush=True)
             return 1
-        if "healthy (/health 200)" not in again.stdout:
-            print("FAILED: make sandbox did not end with a healthy endpoint", flush=True)
+        if "healthy (/health 200)" not in again.stdout or " completed " not in again.stdout:
+            print("FAILED: make sandbox did not end with a healthy endpoint serving a completion", flush=True)
             return 1
-        return 0
+        # Real vLLM on the converged cluster: changes, failures, rollback, a dead rank.
+        return sh([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/e2e"], env=env)
     finally:
         sh([*make, "sandbox-down"], env=env)
 

@@ -1,0 +1,217 @@
+# Copyright: vllmops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The plan: one computation of how the cluster runs, read by every role.
+
+Which host is the head, which backend (Ray, or vLLM's own multiprocessing
+executor on one or several nodes), the parallel sizes, each node's rank and
+the flags its vLLM gets. Decided once from the inventory and the image probe,
+so that no two roles can disagree; a cluster that cannot work is refused here,
+before anything changes, with one message naming the hosts and the fix.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+BACKENDS = ("auto", "ray", "mp")
+MODE_LABELS = {"ray": "ray", "mp-multinode": "mp multi-node", "mp-single": "mp single-node"}
+ADDRESS_SOURCE = "VLLM_HOST_IP in /etc/vllmops/cluster.env, written by the nccl role"
+
+
+class PlanError(Exception):
+    """The cluster as described cannot run; the message names the hosts and the fix."""
+
+
+def _names(nodes):
+    return ", ".join(node["name"] for node in nodes)
+
+
+def _gpu_list(nodes):
+    return ", ".join(f"{node['name']} {node['gpus']}" for node in nodes)
+
+
+def _image_label(image):
+    return image.get("name") or image.get("id") or "the image"
+
+
+def _choose_head(nodes):
+    """The one head every host names; it must be a host of the play."""
+    if not nodes:
+        raise PlanError("there are no hosts to plan for: put the serving nodes in the play (group vllm_nodes)")
+    naming = {}
+    for node in nodes:
+        naming.setdefault(node.get("head") or "", []).append(node["name"])
+    if len(naming) > 1:
+        parts = [f"{', '.join(hosts)} {'names' if len(hosts) == 1 else 'name'} {head or 'no host'}" for head, hosts in naming.items()]
+        parts[0] += " as the head"
+        raise PlanError(f"{', '.join(parts)}: set vllmops_head_host once, in group_vars, for every host")
+    head = next(iter(naming))
+    if head not in {node["name"] for node in nodes}:
+        raise PlanError(f"vllmops_head_host is {head or 'empty'}, which is not a host of this play ({_names(nodes)}): "
+                        "set it to one of them, in group_vars, for every host")
+    return head
+
+
+def _check_nodes(nodes):
+    """Every node has a GPU; several nodes need distinct cluster addresses."""
+    for node in nodes:
+        if node["gpus"] < 1:
+            raise PlanError(f"{node['name']} has no GPU (found {node['gpus']}): install the driver and the container toolkit "
+                            "(gpu_probe tells what is missing), or take the host out of the play")
+    if len(nodes) == 1:
+        return
+    seen = {}
+    for node in nodes:
+        if not node.get("address"):
+            raise PlanError(f"{node['name']} has no cluster address ({ADDRESS_SOURCE}): run the nccl role on it first")
+        if node["address"] in seen:
+            raise PlanError(f"{seen[node['address']]} and {node['name']} both have the cluster address {node['address']}: "
+                            f"each node needs its own address on the cluster network ({ADDRESS_SOURCE})")
+        seen[node["address"]] = node["name"]
+
+
+def _choose_backend(backend, image, node_count):
+    """(backend, mode, reason) for this image on this many nodes."""
+    label = _image_label(image)
+    version = image.get("vllm_version")
+    modes = set(image.get("multinode_modes") or [])
+    has_ray = bool(image.get("has_ray"))
+    ray_ok = has_ray and "ray" in modes
+    if backend not in BACKENDS:
+        raise PlanError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}: set vllmops_backend to one of them")
+    if not version:
+        raise PlanError(f"{label} holds no vLLM: use a vLLM serving image (image_probe finds no vllm package in it)")
+    if backend == "ray":
+        if not has_ray:
+            raise PlanError(f"{label} has no Ray (recent vLLM images ship without it): set vllmops_backend to auto or mp "
+                            "to use vLLM's Ray-free multi-node mode, or use an image with Ray")
+        if "ray" not in modes:
+            raise PlanError(f"{label} has Ray, but its vLLM {version} has no Ray executor: set vllmops_backend to auto or mp, "
+                            "or use an image whose vLLM runs on Ray")
+        return "ray", "ray", "vllmops_backend is ray: vLLM's Ray executor, a Ray head and Ray workers"
+    if node_count == 1:
+        return "mp", "mp-single", "one node: vLLM's own multiprocessing executor, no Ray"
+    native = "native" in modes
+    if backend == "mp":
+        if not native:
+            instead = "set vllmops_backend to ray (this image has Ray)" if ray_ok else "set vllmops_backend to ray with an image that has Ray"
+            raise PlanError(f"{label} has vLLM {version}, which has no Ray-free multi-node mode (no --nnodes/--headless: "
+                            f"vLLM older than 0.11.1), so it cannot serve {node_count} nodes with mp: {instead}, or use a newer vLLM")
+        return "mp", "mp-multinode", f"vllmops_backend is mp: vLLM's Ray-free multi-node mode over {node_count} nodes, no Ray"
+    if native:
+        return "mp", "mp-multinode", f"{node_count} nodes: vLLM's Ray-free multi-node mode (--nnodes/--headless), no Ray"
+    if ray_ok:
+        return "ray", "ray", f"{node_count} nodes and vLLM {version} has no Ray-free multi-node mode: vLLM's Ray executor"
+    why_not_ray = "not installed" if not has_ray else f"vLLM {version} has no Ray executor"
+    raise PlanError(f"{label} (vLLM {version}) can serve {node_count} nodes neither with Ray ({why_not_ray}) nor with vLLM's "
+                    "Ray-free multi-node mode (no --nnodes/--headless: vLLM older than 0.11.1): use an image with Ray or a newer vLLM")
+
+
+def _parallel_sizes(nodes, tensor_parallel_size, pipeline_parallel_size):
+    """(tp, pp) that multiply to the cluster's GPUs; 0 means derive."""
+    for name, value in (("tensor_parallel_size", tensor_parallel_size), ("pipeline_parallel_size", pipeline_parallel_size)):
+        if value < 0:
+            raise PlanError(f"{name} is {value}: set vllm_serve_{name} to a positive number, or 0 to derive it")
+    total = sum(node["gpus"] for node in nodes)
+    cluster = f"the cluster has {total} ({len(nodes)} node(s): {_gpu_list(nodes)})"
+    pp = pipeline_parallel_size or 1
+    if not tensor_parallel_size and total % pp:
+        raise PlanError(f"pipeline_parallel_size {pp} does not divide the cluster's GPUs: {cluster}: set "
+                        f"vllm_serve_pipeline_parallel_size to a divisor of {total}, or leave it 0")
+    tp = tensor_parallel_size or total // pp
+    if tp * pp != total:
+        raise PlanError(f"tensor_parallel_size {tp} x pipeline_parallel_size {pp} = {tp * pp} GPUs, but {cluster}: set "
+                        f"vllm_serve_tensor_parallel_size and vllm_serve_pipeline_parallel_size so they multiply to {total}, "
+                        "or leave both 0 to derive them")
+    return tp, pp
+
+
+def _check_even_gpus(nodes):
+    """vLLM's Ray-free multi-node mode runs world_size / nnodes local ranks on every node."""
+    if len({node["gpus"] for node in nodes}) > 1:
+        raise PlanError(f"vLLM's Ray-free multi-node mode needs the same number of GPUs on every node "
+                        f"(it runs world_size / nnodes ranks on each), but the nodes hold {_gpu_list(nodes)}: "
+                        "give every node the same GPUs, or set vllmops_backend to ray with an image that has Ray")
+
+
+def _check_model(model_path, model_dir):
+    """A local model must lie under model_dir, the only directory the containers mount."""
+    if not model_path:
+        raise PlanError("no model is set: set vllm_serve_model to a directory under vllm_serve_model_dir or a hub id (org/name)")
+    if not model_path.startswith("/"):
+        return
+    path, root = posixpath.normpath(model_path), posixpath.normpath(model_dir)
+    if posixpath.commonpath([path, root]) != root:
+        raise PlanError(f"the model path {model_path} is outside vllm_serve_model_dir {model_dir}, which is the only directory "
+                        f"the containers see: move the model under {model_dir} or set vllm_serve_model_dir")
+
+
+def _ordered(nodes, head):
+    """Head first (rank 0), then the others in inventory order."""
+    return [node for node in nodes if node["name"] == head] + [node for node in nodes if node["name"] != head]
+
+
+def _members(nodes, head, mode, head_address, master_port):
+    ordered = _ordered(nodes, head)
+    members = {}
+    for rank, node in enumerate(ordered):
+        is_head = rank == 0
+        flags = {}
+        if mode == "mp-multinode":
+            flags = {"nnodes": len(ordered), "node_rank": rank, "master_addr": head_address, "master_port": master_port}
+            if not is_head:
+                flags["headless"] = True
+        members[node["name"]] = {
+            "rank": rank,
+            "address": node.get("address") or "",
+            "gpus": node["gpus"],
+            "role": "head" if is_head else "worker",
+            "runs_vllm": is_head or mode == "mp-multinode",
+            "serves_http": is_head,
+            "ray_unit": ("vllmops-ray-head" if is_head else "vllmops-ray-worker") if mode == "ray" else None,
+            "serve_flags": flags,
+        }
+    return members
+
+
+def _summary(plan):
+    count = plan["nodes"]
+    parts = [f"{MODE_LABELS[plan['mode']]}: {count} node{'s' if count > 1 else ''}, "
+             f"TP {plan['tensor_parallel_size']} x PP {plan['pipeline_parallel_size']} over {plan['gpus']} GPUs, "
+             f"head {plan['head']} ({plan['head_address']})"]
+    if plan["mode"] == "ray":
+        parts.append(f"Ray on :{plan['ports']['ray']}")
+    parts.append(f"rank 0 serves http on :{plan['ports']['api']}")
+    return f"{', '.join(parts)}; image {plan['image']} (vLLM {plan['vllm_version']})"
+
+
+def make_plan(nodes, image, backend="auto", tensor_parallel_size=0, pipeline_parallel_size=0, master_port=29501,
+              api_port=8000, ray_port=6379, model_path="", model_dir="/srv/models") -> dict:
+    """How the cluster runs, or PlanError saying why it cannot."""
+    head = _choose_head(nodes)
+    _check_nodes(nodes)
+    chosen, mode, reason = _choose_backend(backend, image, len(nodes))
+    tp, pp = _parallel_sizes(nodes, tensor_parallel_size, pipeline_parallel_size)
+    if mode == "mp-multinode":
+        _check_even_gpus(nodes)
+    _check_model(model_path, model_dir)
+    head_address = next(node.get("address") for node in nodes if node["name"] == head) or "127.0.0.1"
+    plan = {
+        "backend": chosen,
+        "mode": mode,
+        "reason": reason,
+        "head": head,
+        "head_address": head_address,
+        "nodes": len(nodes),
+        "gpus": tp * pp,
+        "tensor_parallel_size": tp,
+        "pipeline_parallel_size": pp,
+        "ports": {"api": api_port, "master": master_port, "ray": ray_port},
+        "image_id": image.get("id"),
+        "image": image.get("name"),
+        "vllm_version": image.get("vllm_version"),
+        "serve_flags": {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "distributed_executor_backend": chosen},
+        "members": _members(nodes, head, mode, head_address, master_port),
+    }
+    plan["summary"] = _summary(plan)
+    return plan

