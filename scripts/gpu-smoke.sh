@@ -1,21 +1,22 @@
 #!/usr/bin/env bash
 # gpu-smoke.sh - the checks of vllmops.cluster that need a real NVIDIA GPU, in one short run:
-#   1. gpu_probe (through ansible, collection from this checkout) against the real nvidia-smi: prints
-#      usable_gpus and diagnosis; FAIL if it sees no GPU while nvidia-smi lists one. The Docker
-#      passthrough check runs only where Docker has the NVIDIA runtime (else reported, not failed).
+#   1. gpu_probe (ansible, collection from this checkout) vs the real nvidia-smi: usable_gpus, diagnosis;
+#      FAIL if it sees no GPU while nvidia-smi lists one. Docker passthrough only with the NVIDIA runtime.
 #   2. real CUDA vLLM (pip's `vllm`) serves a tiny random Llama on one GPU; vllm_ready waits for it
 #      (systemd-run + unit= when systemd is PID 1, else /health polling, then vllm_ready log_file=).
-#   3. a real GPU start-up failure (--gpu-memory-utilization 0.001) classified by vllm_ready log_file=.
-# Time: ~1 min for step 1 (+~20 s to pip-install ansible-core without .venv); steps 2-3 ~2-3 min
-# with vllm already in $VLLMOPS_SMOKE_DIR, plus up to VLLMOPS_SMOKE_PIP_TIMEOUT (360 s) to install it.
-# Run from the repository root:   bash scripts/gpu-smoke.sh 2>&1 | tee gpu-smoke.log
-#   --clean     remove $VLLMOPS_SMOKE_DIR (venvs, model, logs) at the end
-# Env: VLLMOPS_SMOKE_DIR (default /tmp/vllmops-smoke), VLLMOPS_SMOKE_VLLM (pip spec, default vllm),
-#   VLLMOPS_SMOKE_VLLM_ARGS (extra `vllm serve` flags, default --enforce-eager), VLLMOPS_SMOKE_PIP_TIMEOUT,
-#   VLLMOPS_SMOKE_IMAGE (local image for the passthrough check; default the first local image),
-#   VLLMOPS_SMOKE_WHEELS (wheel dir used with --no-index when it holds the package; default ./.whl).
-# No package index? ansible-core can come as wheels: pip download -d .whl 'ansible-core>=2.19'.
-# Exit code: the number of FAILed steps.
+#   3. a real GPU start-up failure, classified by vllm_ready log_file=: --gpu-memory-utilization 0.00001
+#      (1.4 MiB of an H200, less than the model's weights: the KV cache cannot fit).
+# Time: step 1 ~10 s (+~20 s to install ansible-core without .venv); steps 2-3 ~2-3 min, plus up to
+# VLLMOPS_SMOKE_PIP_TIMEOUT (360 s) to install vllm. Every wait running out: ~16 min, so on a 10-minute
+# slot run it under `timeout 590` (the trap cleans up).  Exit code: the number of FAILed steps.
+# Run from the repository root:   bash scripts/gpu-smoke.sh [--clean] 2>&1 | tee gpu-smoke.log
+#   --clean removes $VLLMOPS_SMOKE_DIR (default /tmp/vllmops-smoke: venvs, model, logs) at the end.
+# Env: VLLMOPS_SMOKE_DIR, VLLMOPS_SMOKE_VLLM (pip spec, default vllm), VLLMOPS_SMOKE_PIP_TIMEOUT,
+#   VLLMOPS_SMOKE_VLLM_ARGS (extra serve flags, default --enforce-eager), VLLMOPS_SMOKE_IMAGE (image for
+#   the passthrough check, default the first local one), VLLMOPS_SMOKE_WHEELS (default ./.whl): wheels
+#   installed --no-index when they hold the package. No index? Bring ansible-core as wheels for the
+#   target's Python: pip download -d .whl --only-binary=:all: --python-version 3.12 --platform
+#   manylinux_2_34_x86_64 --platform manylinux2014_x86_64 'ansible-core>=2.19'   (~9 MB, 9 wheels)
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$PWD SMOKE=${VLLMOPS_SMOKE_DIR:-/tmp/vllmops-smoke} PIP_TIMEOUT=${VLLMOPS_SMOKE_PIP_TIMEOUT:-360}
@@ -25,6 +26,7 @@ read -r -a EXTRA <<<"${VLLMOPS_SMOKE_VLLM_ARGS---enforce-eager}"
 export ANSIBLE_CONFIG=$ROOT/ansible.cfg ANSIBLE_CALLBACK_RESULT_FORMAT=json \
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 PYTHONUNBUFFERED=1
 mkdir -p "$SMOKE" || exit 1
+printf '#!/bin/sh\n' >"$SMOKE/.x" && chmod +x "$SMOKE/.x" && "$SMOKE/.x" 2>/dev/null || echo "WARNING: $SMOKE is noexec: set VLLMOPS_SMOKE_DIR"
 if [ ! -d collections/ansible_collections/vllmops/cluster/plugins ]; then  # symlink lost in a copy
   mkdir -p "$SMOKE/collections/ansible_collections/vllmops"
   ln -sfn "$ROOT" "$SMOKE/collections/ansible_collections/vllmops/cluster"
@@ -39,13 +41,15 @@ stop_pid() {  # stop a process group we started: TERM, up to 30 s, then KILL
   kill -KILL -- "-$1" 2>/dev/null
 }
 # shellcheck disable=SC2317  # run by the EXIT trap
-cleanup() {
+cleanup() {  # the summary (also after an interrupt or a timeout), then our processes, then --clean
+  echo; echo "== summary: $(printf '%s\n' ${SUMMARY[@]+"${SUMMARY[@]}"} | grep -c ') PASS') PASS, $FAILS FAIL, $(printf '%s\n' ${SUMMARY[@]+"${SUMMARY[@]}"} | grep -c ') SKIP') SKIP"
+  printf '%s\n' ${SUMMARY[@]+"${SUMMARY[@]}"}; echo "logs and results: $SMOKE"
   for p in ${PIDS[@]+"${PIDS[@]}"}; do stop_pid "$p"; done
   [ "$USE_SYSTEMD" = 1 ] && { systemctl stop "$UNIT" 2>/dev/null; systemctl reset-failed "$UNIT" 2>/dev/null; }
   [ "$CLEAN" = 1 ] && rm -rf "$SMOKE"
 }
 trap cleanup EXIT
-trap 'exit 130' INT TERM
+trap 'echo; echo "== interrupted in step ${N:-0}: ${TITLE:-}"; exit 130' INT TERM
 step() { N=$1 TITLE=$2 T0=$SECONDS; echo; echo "== step $N: $TITLE"; }
 result() {  # result PASS|FAIL|SKIP [why]
   local line="== step $N: $TITLE ($((SECONDS - T0))s) $1${2:+ - $2}"
@@ -76,6 +80,7 @@ mkvenv() {  # mkvenv DIR: a venv; without ensurepip, one without pip that the ou
 pip_install() {  # pip_install VENV LOG SPEC...: from $WHEELS when it holds the package, else the index; rc 2 = no source
   local pip=("$1/bin/pip") log=$2 name=${3%%[<>=]*} rc; shift 2
   [ -x "${pip[0]}" ] || pip=(python3 -m pip --python "${pip[0]%/pip}/python")
+  "${pip[@]}" --version >/dev/null 2>&1 || { echo "   no pip: the venv has none (no ensurepip) and python3 has no pip module"; return 3; }
   if [ -n "$WHEELS" ] && compgen -G "$WHEELS/${name//-/_}-*.whl" >/dev/null; then
     echo "   pip install $* from the wheels in $WHEELS"
     timeout "$PIP_TIMEOUT" "${pip[@]}" install -q --no-index --find-links "$WHEELS" "$@" >"$log" 2>&1; rc=$?
@@ -105,7 +110,7 @@ step1() {
   mod "$f" gpu_probe; [ -s "$f" ] || { result FAIL "gpu_probe gave no result"; return; }
   get "$f" '{k: r.get(k) for k in ("ok", "usable_gpus", "diagnosis")}' | sed 's/^/   /'
   get "$f" '{"driver": r["host"]["driver_version"], "cuda": r["host"]["cuda_version"], "gpus": [g["name"] + " " + str(g["memory_total_mib"]) + " MiB" for g in r["host"]["gpus"]], "toolkit": r["toolkit"].get("version"), "docker": r["docker"].get("server_version"), "nvidia_runtime": r["docker"].get("nvidia_runtime")}' | sed 's/^/   /'
-  usable=$(get "$f" 'r["usable_gpus"]')
+  usable=$(get "$f" 'r["usable_gpus"]') || { result FAIL "gpu_probe failed: $(get "$f" 'r.get("msg")')"; return; }
   if [ "$(get "$f" 'r["docker"].get("nvidia_runtime") or bool(r["docker"].get("cdi_spec_dirs") and r["cdi"])')" = true ]; then
     img=${VLLMOPS_SMOKE_IMAGE:-$(docker image ls --format '{{.Repository}}:{{.Tag}}' 2>/dev/null | grep -v '<none>' | head -n 1)}
     if [ -z "$img" ]; then echo "   passthrough: not checked, no local image (set VLLMOPS_SMOKE_IMAGE)"
@@ -135,28 +140,10 @@ launch() {  # launch NAME PORT FLAGS...: vllm serve in the background (systemd u
       -E DO_NOT_TRACK=1 -E "PATH=$PATH" -E "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" "${cmd[@]}"
   else setsid "${cmd[@]}" >"$SMOKE/$name.log" 2>&1 & PIDS+=("$!"); fi
 }
-make_model() {
-  [ -f "$MODEL/config.json" ] && return 0
-  if [ -f tests/sandbox/serving/make_tiny_model.py ]; then "$VPY" tests/sandbox/serving/make_tiny_model.py "$MODEL"
-  else "$VPY" - "$MODEL" <<'EOF'
-import pathlib, sys, torch, transformers
-from tokenizers import ByteLevelBPETokenizer
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-out = pathlib.Path(sys.argv[1])
-bpe = ByteLevelBPETokenizer()
-bpe.train([str(p) for p in sorted(pathlib.Path(transformers.__file__).parent.glob("*.py"))[:60]], vocab_size=4096,
-          min_frequency=2, special_tokens=["<s>", "</s>", "<pad>"])
-tok = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
-tok.chat_template = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
-                     "{% if add_generation_prompt %}<|assistant|>{% endif %}")
-tok.save_pretrained(out)
-torch.manual_seed(0)
-cfg = LlamaConfig(vocab_size=4096, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, max_position_embeddings=2048, bos_token_id=tok.bos_token_id,
-                  eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
-EOF
-  fi >"$SMOKE/model.log" 2>&1 || { tail -n 5 "$SMOKE/model.log" | sed 's/^/   /'; return 1; }
+make_model() {  # the sandbox's tiny-model recipe, or scripts/gpu_smoke_model.py (the same) without it
+  local maker=tests/sandbox/serving/make_tiny_model.py; [ -f "$maker" ] || maker=scripts/gpu_smoke_model.py
+  [ -f "$MODEL/config.json" ] || "$VPY" "$maker" "$MODEL" >"$SMOKE/model.log" 2>&1 ||
+    { tail -n 5 "$SMOKE/model.log" | sed 's/^/   /'; return 1; }
 }
 step2() {
   step 2 "real CUDA vLLM serves a tiny model on one GPU; vllm_ready waits for it"
@@ -168,6 +155,7 @@ step2() {
     mkvenv "$v" || { result FAIL "python3 -m venv $v failed"; return; }
     pip_install "$v" "$SMOKE/pip-vllm.log" "${VLLMOPS_SMOKE_VLLM:-vllm}"; rc=$?
     [ "$rc" = 2 ] && { echo "SKIP: no package index reachable"; result SKIP "no package index reachable"; return; }
+    [ "$rc" = 3 ] && { result SKIP "no pip to install vllm with"; return; }
     [ "$rc" = 0 ] || { result FAIL "pip install ${VLLMOPS_SMOKE_VLLM:-vllm} failed (rc=$rc)"; return; }
     VPY=$v/bin/python
   fi
@@ -205,18 +193,19 @@ sys.exit(0 if torch.cuda.is_available() else 3)' 2>&1 | tail -n 3 || { result FA
 step3() {
   step 3 "a real GPU start-up failure is classified (vllm_ready log_file=)"
   if [ -z "$VLLM" ] || [ ! -f "$MODEL/config.json" ]; then result SKIP "no vLLM or model from step 2"; return; fi
-  local f=$SMOKE/fail.json t=$SECONDS
-  launch fail 8766 --gpu-memory-utilization 0.001
-  while kill -0 "${PIDS[-1]}" 2>/dev/null && [ $((SECONDS - t)) -lt 240 ]; do sleep 2; done
-  kill -0 "${PIDS[-1]}" 2>/dev/null && { echo "   still running after 240 s: stopped, its log classified as is"; stop_pid "${PIDS[-1]}"; }
-  echo "   exited after $((SECONDS - t))s; log: $SMOKE/fail.log ($(wc -l <"$SMOKE/fail.log") lines)"
-  mod "$f" vllm_ready "log_file=$SMOKE/fail.log"; show_class "$f"
-  local class; class=$(get "$f" 'r.get("failure_class")')
-  if [ -n "$class" ] && [ "$class" != none ]; then result PASS "failure_class $class"
-  else tail -n 15 "$SMOKE/fail.log" | sed 's/^/   | /'; result FAIL "failure_class '${class:-no result}' for a server that failed"; fi
+  local f=$SMOKE/fail.json t=$SECONDS how=exited class
+  launch fail 8766 --gpu-memory-utilization 0.00001
+  while kill -0 "${PIDS[-1]}" 2>/dev/null; do
+    http http://127.0.0.1:8766/health >/dev/null && { how="became healthy (stopped)"; break; }
+    [ $((SECONDS - t)) -ge 240 ] && { how="still running after 240 s (stopped)"; break; }; sleep 2
+  done; stop_pid "${PIDS[-1]}"
+  echo "   $how after $((SECONDS - t))s; log: $SMOKE/fail.log ($(wc -l <"$SMOKE/fail.log") lines)"
+  mod "$f" vllm_ready "log_file=$SMOKE/fail.log"; show_class "$f"; class=$(get "$f" 'r.get("failure_class")')
+  if [ "$how" != exited ]; then tail -n 5 "$SMOKE/fail.log" | sed 's/^/   | /'; result FAIL "vllm serve $how: no start-up failure to classify"
+  elif [ -n "$class" ] && [ "$class" != none ]; then result PASS "failure_class $class"
+  else tail -n 15 "$SMOKE/fail.log" | sed 's/^/   | /'; result FAIL "failure_class '${class:-no result}' for a server that exited"; fi
 }
 
 echo "gpu-smoke: $(date -u +%FT%TZ) on $(hostname), repo $ROOT, work dir $SMOKE"
 step1; step2; step3
-echo; echo "== summary ($FAILS FAIL)"; printf '%s\n' "${SUMMARY[@]}"; echo "logs and results: $SMOKE"
 exit "$FAILS"

@@ -54,8 +54,12 @@ class Sandbox:
                       check=False)
         return len(out.splitlines())
 
-    def unit(self, node: str) -> str:
-        return self.on(node, "cat", "/etc/systemd/system/vllmops-vllm.service")
+    def unit(self, node: str, name: str = "vllmops-vllm") -> str:
+        """The unit file's text ("" when the node has none)."""
+        return self.on(node, "cat", f"/etc/systemd/system/{name}.service", check=False)
+
+    def active(self, node: str, name: str) -> bool:
+        return self.on(node, "systemctl", "is-active", name, check=False) == "active"
 
     # --- the endpoint -----------------------------------------------------------
     def healthy(self, timeout: float = 3) -> bool:
@@ -86,8 +90,9 @@ class Sandbox:
         raise AssertionError(f"the endpoint did not serve a completion again within {deadline_s} s")
 
     # --- deploy.yml -------------------------------------------------------------
-    def deploy(self, serve_args: dict | None = None, tags: str = "vllm_serve") -> subprocess.CompletedProcess:
-        extra = {}
+    def deploy(self, serve_args: dict | None = None, tags: str = "vllm_serve",
+               extra: dict | None = None) -> subprocess.CompletedProcess:
+        extra = dict(extra or {})
         if serve_args is not None:
             extra["vllm_serve_args"] = serve_args
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:

@@ -1,0 +1,63 @@
+"""Changing how the cluster runs: from a Ray deployment (the Ray stand-in
+image, since vLLM refuses Ray on CPU) to real vLLM's Ray-free multi-node mode
+on an image without Ray. Refused, failed and successful switches; Ray stops
+only once vLLM serves without it. Runs after test_real_vllm.py and leaves the
+sandbox as the inventory describes it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from conftest import ROOT
+
+RAY_UNITS = {0: "vllmops-ray-head", 1: "vllmops-ray-worker"}
+
+
+def _standin_archive() -> str:
+    out = subprocess.run([sys.executable, str(ROOT / "tests/sandbox/serving/serving_image.py"), "archive"],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def _ray_running(sandbox) -> bool:
+    return all(sandbox.active(node, RAY_UNITS[i]) for i, node in enumerate(sandbox.nodes))
+
+
+def test_switch_between_ray_and_the_ray_free_mode(sandbox, poller):
+    ray = {"vllmops_image": "vllmops-sandbox/vllm-openai:v0.33.0", "image_archive": _standin_archive(),
+           "vllmops_backend": "ray"}
+    # 1. a Ray deployment: the head's vLLM over Ray, no vLLM rank on node2
+    run = sandbox.deploy(extra=ray, tags="image,ray_cluster,vllm_serve")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert _ray_running(sandbox)
+    assert "--distributed-executor-backend ray" in sandbox.unit(sandbox.head).replace("\\\n", "")
+    assert sandbox.unit(sandbox.worker) == ""
+    assert sandbox.complete()["choices"][0]["text"]
+
+    # 2. the real image has no Ray: asking for Ray is refused, with Ray and vLLM untouched
+    before = sandbox.container(sandbox.head)
+    with poller() as polls:
+        run = sandbox.deploy(extra={"vllmops_backend": "ray"}, tags="image,ray_cluster,vllm_serve")
+    assert run.returncode != 0
+    assert "has no Ray" in run.stdout
+    assert polls.failed == 0 and _ray_running(sandbox)
+    assert sandbox.container(sandbox.head) == before
+
+    # 3. a switch to the Ray-free mode whose vLLM fails at start: rolled back onto Ray, still running
+    too_small = dict(sandbox.serve_vars["vllm_serve_args"], kv_cache_memory_bytes=65536)
+    run = sandbox.deploy(too_small, tags="image,ray_cluster,vllm_serve")
+    assert run.returncode != 0
+    assert "Rolled back every node to the last working configuration: healthy again" in run.stdout
+    assert _ray_running(sandbox)
+    assert "--distributed-executor-backend ray" in sandbox.unit(sandbox.head).replace("\\\n", "")
+    assert sandbox.unit(sandbox.worker) == "" and sandbox.container(sandbox.worker) == {}
+    assert sandbox.complete()["choices"][0]["text"]
+
+    # 4. the inventory's configuration: real vLLM on both nodes without Ray; Ray's units gone
+    run = sandbox.deploy(tags="image,ray_cluster,vllm_serve")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert "--headless" in sandbox.container(sandbox.worker)["args"]
+    assert sandbox.complete()["system_fingerprint"].startswith("vllm-0.32.0-tp2")
+    for i, node in enumerate(sandbox.nodes):
+        assert sandbox.unit(node, RAY_UNITS[i]) == "" and not sandbox.active(node, RAY_UNITS[i])
