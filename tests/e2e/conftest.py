@@ -41,10 +41,10 @@ class Sandbox:
 
     def container(self, node: str) -> dict:
         """The vLLM container of a node: its id, start time and arguments ({} when there is none)."""
-        out = self.on(node, "docker", "inspect", "vllmops-vllm", check=False)
-        if not out:
+        found = json.loads(self.on(node, "docker", "inspect", "vllmops-vllm", check=False) or "[]")
+        if not found:
             return {}
-        info = json.loads(out)[0]
+        info = found[0]
         return {"id": info["Id"], "started": info["State"]["StartedAt"], "args": info["Args"],
                 "running": info["State"]["Running"]}
 
