@@ -1,0 +1,70 @@
+"""The plan role through ansible-playbook: two simulated hosts (local
+connections), fed with image facts of the shape image_probe returns (the real
+probe of real vLLM images is tested in test_image_probe.py), each host with its
+own variables - what an operator's inventory gives it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+def plan(tmp_path, ray_version, modes, backend="auto", heads=("n1", "n1"), vllm_version="0.33.0"):
+    facts = {"image": {"id": "sha256:" + "ab" * 32}, "packages": {"ray": ray_version},
+             "vllm": {"version": vllm_version, "multinode_modes": modes}}
+    hosts = {name: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+                    "vllmops_head_host": head, "plan_node_ip": f"10.0.0.{i + 1}"}
+             for i, (name, head) in enumerate(zip(("n1", "n2"), heads))}
+    (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"children": {"vllm_nodes": {"hosts": hosts}}}}))
+    (tmp_path / "plan.yml").write_text(json.dumps([{
+        "name": "Plan", "hosts": "vllm_nodes", "gather_facts": False,
+        "vars": {"image_facts": facts, "vllmops_image": "demo/vllm:1", "vllmops_backend": backend,
+                 "plan_gpus_per_node": 1, "vllm_serve_model": "demo"},
+        "roles": [{"role": "vllmops.cluster.plan"}],
+        "tasks": [{"ansible.builtin.debug": {"msg": "PLAN={{ vllmops_plan | to_json }}"}}]}]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{BIN}:{os.environ['PATH']}",
+               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "plan.yml")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    plans = [json.loads(line.split("PLAN=", 1)[1].rstrip('"').encode().decode("unicode_escape"))
+             for line in proc.stdout.splitlines() if '"msg": "PLAN=' in line]
+    return proc.returncode, proc.stdout, plans
+
+
+@pytest.mark.parametrize(("ray_version", "modes", "backend", "mode"), [
+    (None, ["ray", "native"], "auto", "mp-multinode"),          # an image without Ray: the Ray-free mode
+    ("2.40.0", ["ray", "native"], "ray", "ray"),                 # Ray when asked, on an image that has it
+    ("2.40.0", ["ray"], "auto", "ray"),                          # an older vLLM with Ray
+])
+def test_every_host_gets_the_same_plan(tmp_path, ray_version, modes, backend, mode):
+    rc, out, plans = plan(tmp_path, ray_version, modes, backend)
+    assert rc == 0, out[-3000:]
+    assert len(plans) == 2 and plans[0] == plans[1]
+    assert plans[0]["mode"] == mode and plans[0]["head"] == "n1" and plans[0]["tensor_parallel_size"] == 2
+    if mode == "mp-multinode":
+        assert plans[0]["members"]["n2"]["serve_flags"] == {"nnodes": 2, "node_rank": 1, "master_addr": "10.0.0.1",
+                                                             "master_port": 29501, "headless": True}
+
+
+def test_two_heads_are_refused_naming_the_hosts(tmp_path):
+    rc, out, _ = plan(tmp_path, None, ["native"], heads=("n1", "n2"))
+    assert rc != 0
+    assert "n1 names n1 as the head, n2 names n2" in out
+
+
+def test_ray_on_an_image_without_it_is_refused(tmp_path):
+    rc, out, _ = plan(tmp_path, None, ["ray", "native"], backend="ray")
+    assert rc != 0 and "demo/vllm:1 has no Ray" in out
+
+
+def test_an_image_with_neither_mode_is_refused(tmp_path):
+    rc, out, _ = plan(tmp_path, None, ["ray"], vllm_version="0.6.3.post1")
+    assert rc != 0 and "neither with Ray" in out
