@@ -90,6 +90,11 @@ class Sandbox:
         raise AssertionError(f"the endpoint did not serve a completion again within {deadline_s} s")
 
     # --- deploy.yml -------------------------------------------------------------
+    def playbook(self, path: str) -> subprocess.CompletedProcess:
+        env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+        return subprocess.run([str(BIN / "ansible-playbook"), path, "-i", str(INVENTORY)], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=600)
+
     def deploy(self, serve_args: dict | None = None, tags: str = "vllm_serve",
                extra: dict | None = None) -> subprocess.CompletedProcess:
         extra = dict(extra or {})

@@ -3,6 +3,7 @@ service is changed, broken and healed. The tests run in order on one cluster."""
 
 from __future__ import annotations
 
+import re
 import time
 
 METRIC_PREFIX = "vllm:"
@@ -26,6 +27,15 @@ def test_serves_a_real_completion_from_two_ranks(sandbox):
         series = {line.split("{")[0].split(" ")[0] for line in resp.read().decode().splitlines()
                   if line.startswith(METRIC_PREFIX)}
     assert "vllm:num_requests_running" in series and len(series) > 20
+
+
+def test_status_shows_both_ranks(sandbox):
+    run = sandbox.playbook("playbooks/status.yml")
+    assert run.returncode == 0, run.stdout[-3000:]
+    assert re.search(rf"{sandbox.head} +head 0 .* active healthy", run.stdout), run.stdout[-3000:]
+    assert re.search(rf"{sandbox.worker} +worker 1 .* active", run.stdout), run.stdout[-3000:]
+    assert "served model: tiny-sandbox; mp multi-node: 2 nodes" in run.stdout
+    assert "DEGRADED" not in run.stdout
 
 
 def test_unknown_flag_touches_nothing(sandbox, poller):
