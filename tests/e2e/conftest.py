@@ -96,7 +96,7 @@ class Sandbox:
                               capture_output=True, text=True, timeout=600)
 
     def deploy(self, serve_args: dict | None = None, tags: str = "vllm_serve",
-               extra: dict | None = None) -> subprocess.CompletedProcess:
+               extra: dict | None = None, inventory: Path = INVENTORY) -> subprocess.CompletedProcess:
         extra = dict(extra or {})
         if serve_args is not None:
             extra["vllm_serve_args"] = serve_args
@@ -105,7 +105,7 @@ class Sandbox:
         env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
                    ANSIBLE_CALLBACK_RESULT_FORMAT="yaml")
         try:
-            proc = subprocess.run([str(BIN / "ansible-playbook"), "deploy.yml", "-i", str(INVENTORY), "--tags", tags,
+            proc = subprocess.run([str(BIN / "ansible-playbook"), "deploy.yml", "-i", str(inventory), "--tags", tags,
                                    "-e", f"@{handle.name}"], cwd=ROOT, env=env, capture_output=True, text=True,
                                   timeout=900)
         finally:
