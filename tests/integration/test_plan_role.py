@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 
-def plan(tmp_path, ray_version, modes, backend="auto", heads=("n1", "n1"), vllm_version="0.33.0"):
+def plan(tmp_path, ray_version, modes, backend="auto", heads=("n1", "n1"), vllm_version="0.33.0", limit=None):
     facts = {"image": {"id": "sha256:" + "ab" * 32}, "packages": {"ray": ray_version},
              "vllm": {"version": vllm_version, "multinode_modes": modes}}
     hosts = {name: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
@@ -32,7 +32,8 @@ def plan(tmp_path, ray_version, modes, backend="auto", heads=("n1", "n1"), vllm_
         "tasks": [{"ansible.builtin.debug": {"msg": "PLAN={{ vllmops_plan | to_json }}"}}]}]))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{BIN}:{os.environ['PATH']}",
                ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "plan.yml")],
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "plan.yml"),
+                           *(["--limit", limit] if limit else [])],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
     plans = [json.loads(line.split("PLAN=", 1)[1].rstrip('"').encode().decode("unicode_escape"))
              for line in proc.stdout.splitlines() if '"msg": "PLAN=' in line]
@@ -68,3 +69,10 @@ def test_ray_on_an_image_without_it_is_refused(tmp_path):
 def test_an_image_with_neither_mode_is_refused(tmp_path):
     rc, out, _ = plan(tmp_path, None, ["ray"], vllm_version="0.6.3.post1")
     assert rc != 0 and "neither with Ray" in out
+
+
+def test_a_play_on_fewer_hosts_than_the_inventory_is_refused(tmp_path):
+    # the service would restart on node1 alone, TP re-derived from half the GPUs
+    rc, out, plans = plan(tmp_path, None, ["ray", "native"], limit="n1")
+    assert rc != 0 and plans == []
+    assert "n2 failed earlier in this run or were left out by --limit" in out
