@@ -22,7 +22,7 @@ def plan(tmp_path, ray_version, modes, backend="auto", heads=("n1", "n1"), vllm_
              "vllm": {"version": vllm_version, "multinode_modes": modes}}
     hosts = {name: {"ansible_connection": "local", "ansible_python_interpreter": sys.executable,
                     "vllmops_head_host": head, "plan_node_ip": f"10.0.0.{i + 1}"}
-             for i, (name, head) in enumerate(zip(("n1", "n2"), heads))}
+             for i, (name, head) in enumerate(zip(("n1", "n2"), heads, strict=True))}
     (tmp_path / "hosts.yml").write_text(json.dumps({"all": {"children": {"vllm_nodes": {"hosts": hosts}}}}))
     (tmp_path / "plan.yml").write_text(json.dumps([{
         "name": "Plan", "hosts": "vllm_nodes", "gather_facts": False,
