@@ -87,7 +87,11 @@ class Sandbox:
             except (urllib.error.URLError, OSError, KeyError, ValueError):
                 pass
             time.sleep(2)
-        raise AssertionError(f"the endpoint did not serve a completion again within {deadline_s} s")
+        logs = {node: self.on(node, "journalctl", "--no-pager", "--output", "short-precise", "--since", f"-{int(deadline_s) + 60}s",
+                              "--unit", "vllmops-vllm", "--unit", "vllmops-vllm-watchdog", check=False)[-6000:]
+                for node in self.nodes}
+        raise AssertionError(f"the endpoint did not serve a completion again within {deadline_s} s; the units' journals:\n"
+                             + "\n".join(f"--- {node}\n{text}" for node, text in logs.items()))
 
     # --- deploy.yml -------------------------------------------------------------
     def playbook(self, path: str) -> subprocess.CompletedProcess:
