@@ -140,8 +140,8 @@ launch() {  # launch NAME PORT FLAGS...: vllm serve in the background (systemd u
       -E DO_NOT_TRACK=1 -E "PATH=$PATH" -E "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}" "${cmd[@]}"
   else setsid "${cmd[@]}" >"$SMOKE/$name.log" 2>&1 & PIDS+=("$!"); fi
 }
-make_model() {  # the sandbox's tiny-model recipe, or scripts/gpu_smoke_model.py (the same) without it
-  local maker=tests/sandbox/serving/make_tiny_model.py; [ -f "$maker" ] || maker=scripts/gpu_smoke_model.py
+make_model() {  # the sandbox's tiny-model recipe
+  local maker=tests/sandbox/serving/make_tiny_model.py
   [ -f "$MODEL/config.json" ] || "$VPY" "$maker" "$MODEL" >"$SMOKE/model.log" 2>&1 ||
     { tail -n 5 "$SMOKE/model.log" | sed 's/^/   /'; return 1; }
 }

@@ -102,16 +102,8 @@ options:
     description: The directory holding the models, the only one the containers mount.
     type: str
     default: /srv/models
-attributes:
-  check_mode:
-    support: full
-    description: Only computes; runs the same in check mode.
-  diff_mode:
-    support: none
-    description: Nothing changes, so there is nothing to diff.
-  idempotent:
-    support: full
-    description: Never changes the host; the same inputs give the same plan.
+extends_documentation_fragment:
+  - vllmops.cluster.info_module
 seealso:
   - module: vllmops.cluster.image_probe
   - module: vllmops.cluster.gpu_probe

@@ -148,6 +148,19 @@ def build_image() -> str:
     return ref
 
 
+def save_archive(image: str, name: str, path: Path) -> Path:
+    """The image, tagged name, as a `docker save` archive at path (a vendor's
+    "image from the vendor"); written once, never left half-written."""
+    if not path.exists():
+        run(["docker", "tag", image, name])
+        partial = path.with_suffix(".part")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(partial, "wb") as out:
+            subprocess.run(["docker", "save", name], stdout=out, check=True)
+        partial.rename(path)
+    return path
+
+
 # --- Nodes -------------------------------------------------------------------
 
 def ssh_key(prefix: str) -> Path:

@@ -138,16 +138,7 @@ def build() -> str:
 def archive(path: Path | None = None) -> Path:
     """The image, named SANDBOX_NAME, as a `docker save` archive (the sandbox's
     "image from the vendor"); written once per recipe."""
-    image = build()
-    path = path or ARCHIVES / f"vllm-cpu-{recipe_hash()}.tar"
-    if not path.exists():
-        nodes.run(["docker", "tag", image, SANDBOX_NAME])
-        partial = path.with_suffix(".part")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(partial, "wb") as out:
-            subprocess.run(["docker", "save", SANDBOX_NAME], stdout=out, check=True)
-        partial.rename(path)
-    return path
+    return nodes.save_archive(build(), SANDBOX_NAME, path or ARCHIVES / f"vllm-cpu-{recipe_hash()}.tar")
 
 
 def model() -> Path:
