@@ -6,14 +6,27 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX_PREFIX ?= vllmops-sandbox
 SANDBOX_NODES ?= 2
 
-.PHONY: venv test sandbox sandbox-down build clean
+.PHONY: venv venv-oldest test sandbox sandbox-down build clean
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: requirements.txt
-	python3 -m venv $(VENV)
+# A venv is rebuilt whole when its requirements change (the interpreter may
+# have changed too); scripts/controller-python picks Python >= 3.12.
+$(VENV)/.installed: requirements.txt scripts/controller-python
+	rm -rf $(VENV)
+	py=$$(scripts/controller-python) && echo "venv on $$py" && $$py -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -r requirements.txt
+	touch $@
+
+# The oldest supported ansible-core, for the gates that run on it too.
+venv-oldest: .venv-oldest/.installed
+
+.venv-oldest/.installed: requirements-oldest.txt scripts/controller-python
+	rm -rf .venv-oldest
+	py=$$(scripts/controller-python) && $$py -m venv .venv-oldest
+	.venv-oldest/bin/pip install --quiet --upgrade pip
+	.venv-oldest/bin/pip install --quiet -r requirements-oldest.txt
 	touch $@
 
 test: venv
@@ -36,4 +49,4 @@ build: venv
 	ansible-galaxy collection build --force --output-path build
 
 clean: sandbox-down
-	rm -rf build $(VENV)
+	rm -rf build $(VENV) .venv-oldest

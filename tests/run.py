@@ -7,7 +7,8 @@ timed, all of them run even after a failure, then one closing line:
 Gates: the test harness (Docker Engine + node image), yamllint, ansible-lint
 (profile production), ruff, pytest (unit), pytest (integration: modules
 through Ansible against real images), ansible-test sanity on plugins/, the built
-collection installed and used, the molecule scenarios, and `make sandbox`
+collection installed and used, ansible-lint + unit + sanity + package again on
+the oldest supported ansible-core (.venv-oldest), the molecule scenarios, and `make sandbox`
 run twice (the second run must change nothing). `--only NAME` (repeatable) runs a subset.
 """
 
@@ -26,8 +27,11 @@ ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 
 
-def tool(name: str) -> str:
-    return str(BIN / name)
+OLDEST = ROOT / ".venv-oldest/bin"  # `make venv-oldest`: the oldest supported ansible-core
+
+
+def tool(name: str, bin_dir: Path = BIN) -> str:
+    return str(bin_dir / name)
 
 
 def sh(argv: list[str], cwd: Path = ROOT, env: dict | None = None) -> int:
@@ -44,16 +48,16 @@ def gate_yamllint() -> int:
     return sh([tool("yamllint"), "--strict", "."])
 
 
-def gate_ansible_lint() -> int:
-    return sh([tool("ansible-lint"), "--profile", "production", "--offline"])
+def gate_ansible_lint(bin_dir: Path = BIN) -> int:
+    return sh([tool("ansible-lint", bin_dir), "--profile", "production", "--offline"])
 
 
 def gate_ruff() -> int:
     return sh([tool("ruff"), "check", "."])
 
 
-def gate_pytest() -> int:
-    return sh([sys.executable, "-m", "pytest", "-q", "tests/unit"])
+def gate_pytest(bin_dir: Path = BIN) -> int:
+    return sh([tool("python", bin_dir), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/unit"])
 
 
 def gate_integration() -> int:
@@ -72,7 +76,7 @@ def _offline_get_pip(cache: Path) -> None:
             target.write_text("import ensurepip\nensurepip.bootstrap(upgrade=True, default_pip=True)\n")
 
 
-def gate_sanity() -> int:
+def gate_sanity(bin_dir: Path = BIN) -> int:
     if not any((ROOT / "plugins").rglob("*.py")):
         print("no plugins yet: ansible-test sanity has nothing to check")
         return 0
@@ -89,27 +93,49 @@ def gate_sanity() -> int:
             shutil.copy2(src, dest / rel)
         subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
         subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
-        env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}")
-        return sh([tool("ansible-test"), "sanity", "--local", "--python", "3.11", "plugins/"],
+        env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")
+        python = subprocess.run([tool("python", bin_dir), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        return sh([tool("ansible-test", bin_dir), "sanity", "--local", "--python", python, "plugins/"],
                   cwd=dest, env=env)
 
 
-def gate_package() -> int:
+def gate_package(bin_dir: Path = BIN) -> int:
     """The built tarball installs, and its playbooks and plugins resolve from
     the install, with this checkout's ansible.cfg out of the way."""
     with tempfile.TemporaryDirectory(prefix="vllmops-package-") as tmp:
         Path(tmp, "ansible.cfg").write_text("[defaults]\n")
-        env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_CONFIG=f"{tmp}/ansible.cfg",
+        env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", ANSIBLE_CONFIG=f"{tmp}/ansible.cfg",
                    ANSIBLE_COLLECTIONS_PATH=f"{tmp}/installed")
         tarball = f"{tmp}/vllmops-cluster.tar.gz"
-        return (sh([tool("ansible-galaxy"), "collection", "build", "--output-path", tmp], env=env)
+        return (sh([tool("ansible-galaxy", bin_dir), "collection", "build", "--output-path", tmp], env=env)
                 or sh(["sh", "-c", f"mv {tmp}/vllmops-cluster-*.tar.gz {tarball}"])
-                or sh([tool("ansible-galaxy"), "collection", "install", "--no-deps", "-p", f"{tmp}/installed",
+                or sh([tool("ansible-galaxy", bin_dir), "collection", "install", "--no-deps", "-p", f"{tmp}/installed",
                        tarball], env=env)
-                or sh([tool("ansible-doc"), "-t", "filter", "vllmops.cluster.docker_daemon_json"], cwd=Path(tmp),
+                or sh([tool("ansible-doc", bin_dir), "-t", "filter", "vllmops.cluster.docker_daemon_json"], cwd=Path(tmp),
                       env=env)
-                or sh([tool("ansible-playbook"), "--syntax-check", "-i", "localhost,", "vllmops.cluster.deploy"],
+                or sh([tool("ansible-playbook", bin_dir), "--syntax-check", "-i", "localhost,", "vllmops.cluster.deploy"],
                       cwd=Path(tmp), env=env))
+
+
+def gate_oldest() -> int:
+    """The fast gates again on the oldest supported ansible-core (its own
+    venv, requirements-oldest.txt): ansible-lint, unit tests, sanity, the
+    built package."""
+    rc = sh(["make", "--no-print-directory", "venv-oldest"])
+    if rc:
+        return rc
+    version = subprocess.run([tool("ansible", OLDEST), "--version"], capture_output=True, text=True).stdout
+    print(version.splitlines()[0] if version else "ansible --version printed nothing", flush=True)
+    path = os.environ["PATH"]
+    os.environ["PATH"] = f"{OLDEST}:{path}"  # ansible-lint runs ansible-playbook & co. from PATH
+    try:
+        failed = [name for name, gate in (("ansible-lint", gate_ansible_lint), ("pytest", gate_pytest),
+                                          ("sanity", gate_sanity), ("package", gate_package)) if gate(OLDEST)]
+    finally:
+        os.environ["PATH"] = path
+    print(f"on the oldest ansible-core: {'FAILED ' + ', '.join(failed) if failed else 'all passed'}", flush=True)
+    return 1 if failed else 0
 
 
 def gate_molecule() -> int:
@@ -154,6 +180,7 @@ GATES = {
     "integration": gate_integration,
     "sanity": gate_sanity,
     "package": gate_package,
+    "oldest": gate_oldest,
     "molecule": gate_molecule,
     "sandbox": gate_sandbox,
 }
