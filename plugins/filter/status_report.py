@@ -1,0 +1,180 @@
+# Copyright: vllmops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: status_report
+short_description: The status table of the cluster and its verdict, OK or DEGRADED
+version_added: 0.1.0
+description:
+  - Renders what every node reported (C(playbooks/status.yml) gathers it) as one row per node, a line with the
+    served model and the backend, and a verdict.
+  - The verdict is C(DEGRADED) when a node did not answer, a node is not in Ray or Ray counts another number of
+    alive nodes (Ray backend), a node that runs vLLM has its unit down, or the head's API does not list its models.
+positional: _input
+options:
+  _input:
+    description:
+      - Host name to what the host reported; null, or left out while O(hosts) names it, for a host that did not
+        answer. Each is a mapping with C(address) (the cluster address, C(VLLM_HOST_IP) of cluster.env), C(gpus) (list of GPU names),
+        C(image_id), C(vllm_version) and C(units), the state C(systemctl is-active) gives for each of
+        C(ray_head), C(ray_worker) and C(vllm) (the units of the Ray head, a Ray worker and vLLM).
+    type: dict
+    required: true
+  hosts:
+    description: Every host of the cluster, in the order of the table; those missing from the input did not answer.
+      Default the input's hosts.
+    type: list
+    elements: str
+  head:
+    description: The head node.
+    type: str
+    required: true
+  plan:
+    description: The plan (C(vllmops_plan)); without one the table assumes the Ray backend.
+    type: dict
+  ray:
+    description: The result of M(vllmops.cluster.ray_cluster_info) on the head (C(nodes), C(alive_nodes), C(gpus)).
+    type: dict
+  api:
+    description: The result of M(ansible.builtin.uri) asking the head's C(/v1/models) (C(status), C(json)).
+    type: dict
+"""
+
+EXAMPLES = r"""
+- name: Print the cluster's status
+  ansible.builtin.debug:
+    msg: "{{ report.text }}"
+  vars:
+    report: >-
+      {{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'node_status')))
+         | vllmops.cluster.status_report(hosts=ansible_play_hosts_all, head='spark-1', plan=vllmops_plan,
+                                         ray=ray_info, api=models) }}
+"""
+
+RETURN = r"""
+_value:
+  description: The report.
+  type: dict
+  contains:
+    lines:
+      description: The table's header, one row per node, the served model and backend, the verdict.
+      type: list
+      elements: str
+    text:
+      description: The lines joined by newlines.
+      type: str
+    verdict:
+      description: C(OK) or C(DEGRADED).
+      type: str
+    problems:
+      description: Why it is DEGRADED, one phrase per problem; empty when OK.
+      type: list
+      elements: str
+"""
+
+ROW = "%-26s %-6s %-12s %-10s %-20s %-9s %-6s %s"
+HEADER = ("NODE", "ROLE", "CLUSTER IP", "GPUS", "IMAGE, VLLM", "RAY UNIT", "IN RAY", "VLLM UNIT")
+
+
+def _alive_addresses(ray: dict) -> set[str]:
+    return {node.get("address") for node in ray.get("nodes") or [] if node.get("alive")}
+
+
+def _gpus(names: list[str]) -> str:
+    model = names[0].replace("NVIDIA ", "") if names else ""
+    return f"{len(names)} {model}".strip()
+
+
+def _image(node: dict) -> str:
+    image_id = node.get("image_id") or ""
+    short = image_id.split(":", 1)[-1][:12] if image_id else "absent"
+    return f"{short} {node.get('vllm_version') or '-'}"
+
+
+class _Cluster:
+    """What the table needs to know about the cluster as a whole."""
+
+    def __init__(self, head, plan, ray, api):
+        self.head = head
+        self.plan = plan or None
+        self.on_ray = self.plan is None or self.plan.get("backend") == "ray"
+        self.ray = ray or {}
+        self.alive = _alive_addresses(self.ray)
+        self.api = api or {}
+        self.answers = self.api.get("status") == 200
+
+    def member(self, host: str) -> dict:
+        return ((self.plan or {}).get("members") or {}).get(host) or {}
+
+    def role(self, host: str) -> str:
+        role = "head" if host == self.head else "worker"
+        return role if self.on_ray else f"{role} {self.member(host).get('rank', '?')}"
+
+    def runs_vllm(self, host: str) -> bool:
+        return host == self.head or (not self.on_ray and bool(self.member(host).get("runs_vllm")))
+
+    def served(self) -> str:
+        data = ((self.api.get("json") or {}).get("data") or []) if self.answers else []
+        return ", ".join(str(model.get("id")) for model in data) or "none answering"
+
+
+def _row(host: str, node: dict | None, cluster: _Cluster) -> tuple:
+    if node is None:
+        return (host, cluster.role(host), "-", "?", "?", "?", "?", "host unreachable")
+    units = node.get("units") or {}
+    address = node.get("address") or "-"
+    ray_unit, in_ray = "-", "-"
+    if cluster.on_ray:
+        ray_unit = units.get("ray_head" if host == cluster.head else "ray_worker", "?")
+        in_ray = "yes" if address in cluster.alive else "NO"
+    vllm = "-"
+    if cluster.runs_vllm(host):
+        vllm = units.get("vllm", "?")
+        if host == cluster.head:
+            vllm += " healthy" if cluster.answers else " not answering"
+    return (host, cluster.role(host), address, _gpus(node.get("gpus") or []), _image(node), ray_unit, in_ray, vllm)
+
+
+def _problems(nodes: dict, rows: list[tuple], cluster: _Cluster) -> list[str]:
+    problems = []
+    unreachable = [host for host, node in nodes.items() if node is None]
+    if unreachable:
+        problems.append(f"no answer from: {', '.join(unreachable)}")
+    if cluster.on_ray:
+        missing = [row[0] for row in rows if row[6] == "NO"]
+        if missing:
+            problems.append(f"not in Ray: {', '.join(missing)}")
+        alive = int(cluster.ray.get("alive_nodes") or 0)
+        if alive != len(nodes):
+            problems.append(f"Ray counts {alive} alive node(s) for the {len(nodes)} of the inventory")
+    stopped = [host for host, node in nodes.items()
+               if node is not None and cluster.runs_vllm(host) and (node.get("units") or {}).get("vllm") != "active"]
+    if stopped:
+        problems.append(f"vLLM {'not' if cluster.on_ray else 'rank not'} running on: {', '.join(stopped)}")
+    if nodes.get(cluster.head) is not None and cluster.head not in stopped and not cluster.answers:
+        problems.append(f"vLLM on {cluster.head} does not answer /v1/models (HTTP {cluster.api.get('status', '-')})")
+    return problems
+
+
+def status_report(nodes, head, hosts=None, plan=None, ray=None, api=None):
+    nodes = dict(nodes or {})
+    if hosts is not None:
+        nodes = {host: nodes.get(host) for host in hosts}
+    cluster = _Cluster(head, plan, ray, api)
+    rows = [_row(host, node, cluster) for host, node in nodes.items()]
+    if cluster.on_ray:
+        backend = f"Ray: {int(cluster.ray.get('alive_nodes') or 0)} alive node(s), {cluster.ray.get('gpus', 0)} GPU(s)"
+    else:
+        backend = cluster.plan.get("summary", "")
+    problems = _problems(nodes, rows, cluster)
+    verdict = "DEGRADED" if problems else "OK"
+    lines = [ROW % HEADER, *(ROW % row for row in rows), f"served model: {cluster.served()}; {backend}",
+             f"{verdict}: {'; '.join(problems)}" if problems else verdict]
+    return {"lines": lines, "text": "\n".join(lines), "verdict": verdict, "problems": problems}
+
+
+class FilterModule:
+    def filters(self):
+        return {"status_report": status_report}

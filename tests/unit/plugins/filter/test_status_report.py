@@ -1,0 +1,115 @@
+"""status.yml's table: table of (what the nodes reported, plan, Ray, API) -> the text and verdict an operator reads."""
+
+import pytest
+from ansible_collections.vllmops.cluster.plugins.filter.status_report import status_report
+
+IMAGE = "sha256:0123456789abcdef0123"
+UP = {"ray_head": "inactive", "ray_worker": "inactive", "vllm": "active"}
+
+
+def node(address, units=UP, gpus=("NVIDIA GB10",), image_id=IMAGE, vllm="0.11.1"):
+    return {"address": address, "gpus": list(gpus), "image_id": image_id, "vllm_version": vllm, "units": dict(units)}
+
+
+def ray_units(head, vllm="active"):
+    return {"ray_head": "active" if head else "inactive", "ray_worker": "inactive" if head else "active",
+            "vllm": vllm if head else "inactive"}
+
+
+def plan(backend):
+    mode = "ray" if backend == "ray" else "mp-multinode"
+    return {"backend": backend, "mode": mode, "summary": f"{mode}: 2 nodes, TP 2 x PP 1 over 2 GPUs",
+            "members": {"spark-1": {"rank": 0, "runs_vllm": True}, "spark-2": {"rank": 1, "runs_vllm": mode != "ray"}}}
+
+
+def ray(*addresses, dead=()):
+    nodes = [{"address": a, "alive": True} for a in addresses] + [{"address": a, "alive": False} for a in dead]
+    return {"nodes": nodes, "alive_nodes": len(addresses), "gpus": float(len(addresses))}
+
+
+API_OK = {"status": 200, "json": {"data": [{"id": "Qwen/Qwen3-0.6B"}]}}
+API_DOWN = {"status": -1, "msg": "Connection refused"}
+RAY_NODES = {"spark-1": node("10.66.0.11", ray_units(True)), "spark-2": node("10.66.0.12", ray_units(False))}
+MP_NODES = {"spark-1": node("10.66.0.11"), "spark-2": node("10.66.0.12")}
+
+
+def test_healthy_ray_cluster_reads_as_today():
+    report = status_report(RAY_NODES, "spark-1", plan=plan("ray"), ray=ray("10.66.0.11", "10.66.0.12"), api=API_OK)
+    assert report["lines"] == [
+        "NODE                       ROLE   CLUSTER IP   GPUS       IMAGE, VLLM          RAY UNIT  IN RAY VLLM UNIT",
+        "spark-1                    head   10.66.0.11   1 GB10     0123456789ab 0.11.1  active    yes    active healthy",
+        "spark-2                    worker 10.66.0.12   1 GB10     0123456789ab 0.11.1  active    yes    -",
+        "served model: Qwen/Qwen3-0.6B; Ray: 2 alive node(s), 2.0 GPU(s)",
+        "OK",
+    ]
+    assert report["text"] == "\n".join(report["lines"])
+    assert (report["verdict"], report["problems"]) == ("OK", [])
+
+
+def test_healthy_mp_cluster_shows_ranks_and_the_plan():
+    report = status_report(MP_NODES, "spark-1", plan=plan("mp"), ray={"skipped": True}, api=API_OK)
+    assert report["lines"][1:] == [
+        "spark-1                    head 0 10.66.0.11   1 GB10     0123456789ab 0.11.1  -         -      active healthy",
+        "spark-2                    worker 1 10.66.0.12   1 GB10     0123456789ab 0.11.1  -         -      active",
+        "served model: Qwen/Qwen3-0.6B; mp-multinode: 2 nodes, TP 2 x PP 1 over 2 GPUs",
+        "OK",
+    ]
+
+
+@pytest.mark.parametrize(("nodes", "backend", "ray_info", "api", "row", "problems"), [
+    pytest.param({**MP_NODES, "spark-2": node("10.66.0.12", {**UP, "vllm": "failed"})}, "mp", None, API_OK,
+                 "spark-2                    worker 1 10.66.0.12   1 GB10     0123456789ab 0.11.1  -         -      failed",
+                 ["vLLM rank not running on: spark-2"], id="mp: a rank's unit down"),
+    pytest.param({**RAY_NODES, "spark-1": node("10.66.0.11", ray_units(True, vllm="inactive"))}, "ray",
+                 ray("10.66.0.11", "10.66.0.12"), API_DOWN,
+                 "spark-1                    head   10.66.0.11   1 GB10     0123456789ab 0.11.1  active    yes    "
+                 "inactive not answering",
+                 ["vLLM not running on: spark-1"], id="ray: vLLM down on the head"),
+    pytest.param({**RAY_NODES, "spark-2": node("10.66.0.12", {**ray_units(False), "ray_worker": "failed"})}, "ray",
+                 ray("10.66.0.11", dead=["10.66.0.12"]), API_OK,
+                 "spark-2                    worker 10.66.0.12   1 GB10     0123456789ab 0.11.1  failed    NO     -",
+                 ["not in Ray: spark-2", "Ray counts 1 alive node(s) for the 2 of the inventory"],
+                 id="ray: a worker's unit down, not in Ray"),
+    pytest.param({**RAY_NODES, "spark-2": None}, "ray", ray("10.66.0.11"), API_OK,
+                 "spark-2                    worker -            ?          ?                    ?         ?      "
+                 "host unreachable",
+                 ["no answer from: spark-2", "Ray counts 1 alive node(s) for the 2 of the inventory"],
+                 id="ray: a host unreachable"),
+    pytest.param({**MP_NODES, "spark-2": None}, "mp", None, API_OK,
+                 "spark-2                    worker 1 -            ?          ?                    ?         ?      "
+                 "host unreachable",
+                 ["no answer from: spark-2"], id="mp: a host unreachable"),
+    pytest.param(RAY_NODES, "ray", ray("10.66.0.11", "10.66.0.12", "10.66.0.99"), API_OK,
+                 "spark-2                    worker 10.66.0.12   1 GB10     0123456789ab 0.11.1  active    yes    -",
+                 ["Ray counts 3 alive node(s) for the 2 of the inventory"], id="ray: a node Ray has that we do not"),
+    pytest.param(MP_NODES, "mp", None, API_DOWN,
+                 "spark-1                    head 0 10.66.0.11   1 GB10     0123456789ab 0.11.1  -         -      "
+                 "active not answering",
+                 ["vLLM on spark-1 does not answer /v1/models (HTTP -1)"], id="mp: unit up, API not answering"),
+    pytest.param({**MP_NODES, "spark-2": node("10.66.0.12", gpus=(), image_id="", vllm="")}, "mp", None, API_OK,
+                 "spark-2                    worker 1 10.66.0.12   0          absent -             -         -      active",
+                 [], id="mp: a node without GPUs or image reads as such"),
+])
+def test_degraded_or_not(nodes, backend, ray_info, api, row, problems):
+    report = status_report(nodes, "spark-1", plan=plan(backend), ray=ray_info, api=api)
+    assert row in report["lines"]
+    assert report["problems"] == problems
+    assert report["verdict"] == ("DEGRADED" if problems else "OK")
+    assert report["lines"][-1] == (f"DEGRADED: {'; '.join(problems)}" if problems else "OK")
+
+
+def test_without_a_plan_the_table_assumes_ray():
+    nodes = {"spark-1": node("", ray_units(True)), "spark-2": node("10.66.0.12", ray_units(False))}
+    report = status_report(nodes, "spark-1", plan=None, ray=None, api={"status": 200, "json": {"data": []}})
+    assert report["lines"][1] == (
+        "spark-1                    head   -            1 GB10     0123456789ab 0.11.1  active    NO     active healthy")
+    assert report["lines"][-2] == "served model: none answering; Ray: 0 alive node(s), 0 GPU(s)"
+    assert report["problems"] == ["not in Ray: spark-1, spark-2", "Ray counts 0 alive node(s) for the 2 of the inventory"]
+
+
+def test_hosts_missing_from_the_reports_did_not_answer_and_keep_their_place():
+    report = status_report({"spark-1": MP_NODES["spark-1"]}, "spark-1", hosts=["spark-0", "spark-1"],
+                           plan=plan("mp"), api=API_OK)
+    assert [line.split()[0] for line in report["lines"][1:3]] == ["spark-0", "spark-1"]
+    assert report["lines"][1].endswith("host unreachable")
+    assert report["problems"] == ["no answer from: spark-0"]
