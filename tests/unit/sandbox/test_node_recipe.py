@@ -1,6 +1,8 @@
-"""The node image is rebuilt exactly when its recipe changes."""
+"""The node image is tagged with its recipe's hash: rebuilt exactly when a recipe file changes, reused otherwise."""
 
 import importlib.util
+import os
+import re
 import shutil
 from pathlib import Path
 
@@ -9,30 +11,69 @@ import pytest
 NODES_PY = Path(__file__).resolve().parents[2] / "sandbox" / "nodes.py"
 
 
-@pytest.fixture
-def nodes(tmp_path, monkeypatch):
+def load_nodes(recipe_dir: Path):
     spec = importlib.util.spec_from_file_location("sandbox_nodes", NODES_PY)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    recipe = tmp_path / "node"
-    shutil.copytree(module.RECIPE_DIR, recipe)
-    monkeypatch.setattr(module, "RECIPE_DIR", recipe)
+    shutil.copytree(module.RECIPE_DIR, recipe_dir)
+    module.RECIPE_DIR = recipe_dir
     return module
 
 
-def test_hash_is_stable_for_the_same_recipe(nodes):
-    assert nodes.recipe_hash() == nodes.recipe_hash()
+@pytest.fixture
+def nodes(tmp_path):
+    return load_nodes(tmp_path / "node")
+
+
+def test_the_hash_is_a_docker_tag_of_the_recipe_alone(nodes, tmp_path):
+    """Two checkouts of the same recipe, at other paths and with other file times, share one image."""
+    other = load_nodes(tmp_path / "elsewhere" / "node")
+    for path in other.RECIPE_DIR.iterdir():
+        os.utime(path, (0, 0))
+    tag = nodes.recipe_hash()
+    assert re.fullmatch(r"[0-9a-f]{16}", tag)
+    assert other.recipe_hash() == tag
+
+
+def test_what_is_not_the_recipe_does_not_change_the_hash(nodes, tmp_path):
+    before = nodes.recipe_hash()
+    (tmp_path / "next-to-the-recipe.txt").write_text("x\n")
+    packages = nodes.RECIPE_DIR / "packages.txt"
+    packages.write_text(packages.read_text())  # rewritten, same bytes
+    assert nodes.recipe_hash() == before
 
 
 @pytest.mark.parametrize("change", [
     lambda d: (d / "packages.txt").write_text((d / "packages.txt").read_text() + "curl\n"),
     lambda d: (d / "Dockerfile").write_text((d / "Dockerfile").read_text() + "# touched\n"),
     lambda d: (d / "new.conf").write_text("x\n"),
-], ids=["package added", "Dockerfile edited", "file added"])
-def test_any_recipe_change_gives_a_new_image_tag(nodes, change):
-    before = nodes.recipe_hash()
+    lambda d: (d / "sshd_config.conf").rename(d / "sshd_config.d.conf"),
+], ids=["package added", "Dockerfile edited", "file added", "file renamed"])
+def test_any_recipe_change_gives_a_new_image_tag(nodes, monkeypatch, change):
+    monkeypatch.setattr(nodes, "ensure_docker", lambda: None)
+    monkeypatch.setattr(nodes, "image_exists", lambda ref: True)  # both images already built: nothing to build
+    old_tag = nodes.recipe_hash()
+    before = nodes.build_image()
     change(nodes.RECIPE_DIR)
-    assert nodes.recipe_hash() != before
+    new_tag = nodes.recipe_hash()
+    after = nodes.build_image()
+    assert new_tag != old_tag
+    assert (before, after) == (f"vllmops/node:{old_tag}", f"vllmops/node:{new_tag}")
+
+
+def test_a_missing_image_is_built_tagged_and_labelled_with_the_hash(nodes, monkeypatch):
+    built = []
+    monkeypatch.setattr(nodes, "ensure_docker", lambda: None)
+    monkeypatch.setattr(nodes, "image_exists", lambda ref: "-rootfs:" in ref)  # the rootfs exists, the image not
+    monkeypatch.setattr(nodes.shutil, "which", lambda tool: f"/usr/bin/{tool}")
+    monkeypatch.setattr(nodes, "run", lambda argv, **_: built.append(argv))
+    tag = nodes.recipe_hash()
+    assert nodes.build_image() == f"vllmops/node:{tag}"
+    [argv] = built
+    assert argv[:2] == ["docker", "build"]
+    assert f"BASE_IMAGE=vllmops/node-rootfs:{tag}" in argv
+    assert f"io.vllmops.sandbox.recipe={tag}" in argv
+    assert argv[argv.index("-t") + 1] == f"vllmops/node:{tag}"
 
 
 def test_package_list_ignores_comments_and_blank_lines(nodes):
