@@ -29,14 +29,18 @@ def plan(tmp_path, ray_version, modes, backend="auto", heads=("n1", "n1"), vllm_
         "vars": {"image_facts": facts, "vllmops_image": "demo/vllm:1", "vllmops_backend": backend,
                  "plan_gpus_per_node": 1, "vllm_serve_model": "demo"},
         "roles": [{"role": "vllmops.cluster.plan"}],
-        "tasks": [{"ansible.builtin.debug": {"msg": "PLAN={{ vllmops_plan | to_json }}"}}]}]))
+        "tasks": [{"name": "Show the plan", "ansible.builtin.debug": {"var": "vllmops_plan"}}]}]))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{BIN}:{os.environ['PATH']}",
-               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.default", ANSIBLE_CALLBACK_RESULT_FORMAT="json")
+               ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
     proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "plan.yml"),
                            *(["--limit", limit] if limit else [])],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
-    plans = [json.loads(line.split("PLAN=", 1)[1].rstrip('"').encode().decode("unicode_escape"))
-             for line in proc.stdout.splitlines() if '"msg": "PLAN=' in line]
+    try:
+        tasks = json.loads(proc.stdout)["plays"][0]["tasks"]
+    except (ValueError, KeyError, IndexError) as err:
+        raise AssertionError(f"no playbook result (rc={proc.returncode}): {proc.stdout[-2000:]} {proc.stderr[-2000:]}") from err
+    plans = {host: result["vllmops_plan"] for task in tasks if task["task"]["name"] == "Show the plan"
+             for host, result in task["hosts"].items()}
     return proc.returncode, proc.stdout, plans
 
 
@@ -48,11 +52,14 @@ def plan(tmp_path, ray_version, modes, backend="auto", heads=("n1", "n1"), vllm_
 def test_every_host_gets_the_same_plan(tmp_path, ray_version, modes, backend, mode):
     rc, out, plans = plan(tmp_path, ray_version, modes, backend)
     assert rc == 0, out[-3000:]
-    assert len(plans) == 2 and plans[0] == plans[1]
-    assert plans[0]["mode"] == mode and plans[0]["head"] == "n1" and plans[0]["tensor_parallel_size"] == 2
+    assert set(plans) == {"n1", "n2"} and plans["n1"] == plans["n2"]
+    got = plans["n1"]
+    assert (got["mode"], got["backend"]) == (mode, "ray" if mode == "ray" else "mp")
+    assert got["head"] == "n1" and got["tensor_parallel_size"] == 2
+    assert [got["members"][host]["rank"] for host in ("n1", "n2")] == [0, 1]
     if mode == "mp-multinode":
-        assert plans[0]["members"]["n2"]["serve_flags"] == {"nnodes": 2, "node_rank": 1, "master_addr": "10.0.0.1",
-                                                             "master_port": 29501, "headless": True}
+        assert got["members"]["n2"]["serve_flags"] == {"nnodes": 2, "node_rank": 1, "master_addr": "10.0.0.1",
+                                                       "master_port": 29501, "headless": True}
 
 
 def test_two_heads_are_refused_naming_the_hosts(tmp_path):
@@ -74,5 +81,5 @@ def test_an_image_with_neither_mode_is_refused(tmp_path):
 def test_a_play_on_fewer_hosts_than_the_inventory_is_refused(tmp_path):
     # the service would restart on node1 alone, TP re-derived from half the GPUs
     rc, out, plans = plan(tmp_path, None, ["ray", "native"], limit="n1")
-    assert rc != 0 and plans == []
+    assert rc != 0 and plans == {}
     assert "n2 failed earlier in this run or were left out by --limit" in out

@@ -8,19 +8,24 @@ from conftest import run_module
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_logs"
 
 
-@pytest.mark.parametrize(("log", "failure_class"), [
-    ("unknown_flag.log", "unknown_flag"),
-    ("oom_cuda.log", "oom"),
-    ("nccl_timeout.log", "nccl_failure"),
-    ("healthy.log", "none"),
+@pytest.mark.parametrize(("log", "failure_class", "evidence", "hint"), [
+    ("unknown_flag.log", "unknown_flag", "vllm serve: error: unrecognized arguments: --num-scheduler-steps 10",
+     "vllm_serve_args"),
+    ("oom_cuda.log", "oom", "torch.OutOfMemoryError: CUDA out of memory", "gpu_memory_utilization"),
+    ("nccl_timeout.log", "nccl_failure", "Watchdog caught collective operation timeout", "cluster.env"),
+    ("healthy.log", "none", "Application startup complete.", ""),
 ])
-def test_a_saved_log_is_diagnosed(log, failure_class):
+def test_a_saved_log_is_diagnosed(log, failure_class, evidence, hint):
     rc, result = run_module("vllm_ready", {"log_file": str(LOGS / log)})
     assert rc == 0, result
-    assert result["failure_class"] == failure_class
-    assert result["ready"] == (failure_class == "none")
-    if failure_class != "none":
-        assert result["evidence"] and result["hint"]
+    assert (result["failure_class"], result["ready"]) == (failure_class, failure_class == "none")
+    # the operator is shown the line of the log that decided, and what to change
+    assert any(evidence in line for line in result["evidence"]), result["evidence"]
+    assert all(any(ev in line for line in result["log_tail"]) for ev in result["evidence"]), result["log_tail"]
+    if hint:
+        assert hint in result["hint"]
+    else:
+        assert result["hint"] == ""
 
 
 def test_a_missing_log_file_is_named():
