@@ -15,7 +15,9 @@ import posixpath
 
 BACKENDS = ("auto", "ray", "mp")
 MODE_LABELS = {"ray": "ray", "mp-multinode": "mp multi-node", "mp-single": "mp single-node"}
+# Defaults; the plan role passes the vllmops role's settings.
 ADDRESS_SOURCE = "VLLM_HOST_IP in /etc/vllmops/cluster.env, written by the nccl role"
+RAY_UNITS = {"head": "vllmops-ray-head", "worker": "vllmops-ray-worker"}
 
 
 class PlanError(Exception):
@@ -52,7 +54,7 @@ def _choose_head(nodes):
     return head
 
 
-def _check_nodes(nodes):
+def _check_nodes(nodes, address_source):
     """Every node has a GPU; several nodes need distinct cluster addresses."""
     for node in nodes:
         if node["gpus"] < 1:
@@ -63,10 +65,10 @@ def _check_nodes(nodes):
     seen = {}
     for node in nodes:
         if not node.get("address"):
-            raise PlanError(f"{node['name']} has no cluster address ({ADDRESS_SOURCE}): run the nccl role on it first")
+            raise PlanError(f"{node['name']} has no cluster address ({address_source}): run the nccl role on it first")
         if node["address"] in seen:
             raise PlanError(f"{seen[node['address']]} and {node['name']} both have the cluster address {node['address']}: "
-                            f"each node needs its own address on the cluster network ({ADDRESS_SOURCE})")
+                            f"each node needs its own address on the cluster network ({address_source})")
         seen[node["address"]] = node["name"]
 
 
@@ -151,7 +153,7 @@ def _ordered(nodes, head):
     return [node for node in nodes if node["name"] == head] + [node for node in nodes if node["name"] != head]
 
 
-def _members(nodes, head, mode, head_address, master_port):
+def _members(nodes, head, mode, head_address, master_port, ray_units):
     ordered = _ordered(nodes, head)
     members = {}
     for rank, node in enumerate(ordered):
@@ -168,7 +170,7 @@ def _members(nodes, head, mode, head_address, master_port):
             "role": "head" if is_head else "worker",
             "runs_vllm": is_head or mode == "mp-multinode",
             "serves_http": is_head,
-            "ray_unit": ("vllmops-ray-head" if is_head else "vllmops-ray-worker") if mode == "ray" else None,
+            "ray_unit": ray_units["head" if is_head else "worker"] if mode == "ray" else None,
             "serve_flags": flags,
         }
     return members
@@ -186,10 +188,11 @@ def _summary(plan):
 
 
 def make_plan(nodes, image, backend="auto", tensor_parallel_size=0, pipeline_parallel_size=0, master_port=29501,
-              api_port=8000, ray_port=6379, model_path="", model_dir="/srv/models") -> dict:
+              api_port=8000, ray_port=6379, model_path="", model_dir="/srv/models", ray_units=None,
+              address_source=ADDRESS_SOURCE) -> dict:
     """How the cluster runs, or PlanError saying why it cannot."""
     head = _choose_head(nodes)
-    _check_nodes(nodes)
+    _check_nodes(nodes, address_source)
     chosen, mode, reason = _choose_backend(backend, image, len(nodes))
     tp, pp = _parallel_sizes(nodes, tensor_parallel_size, pipeline_parallel_size)
     if mode == "mp-multinode":
@@ -211,7 +214,7 @@ def make_plan(nodes, image, backend="auto", tensor_parallel_size=0, pipeline_par
         "image": image.get("name"),
         "vllm_version": image.get("vllm_version"),
         "serve_flags": {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "distributed_executor_backend": chosen},
-        "members": _members(nodes, head, mode, head_address, master_port),
+        "members": _members(nodes, head, mode, head_address, master_port, ray_units or RAY_UNITS),
     }
     plan["summary"] = _summary(plan)
     return plan

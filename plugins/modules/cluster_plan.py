@@ -94,6 +94,24 @@ options:
     description: The Ray head's GCS port.
     type: int
     default: 6379
+  ray_units:
+    description:
+      - The names of the Ray units, for each member's C(ray_unit) (the vllmops role's C(vllmops_units)).
+    type: dict
+    default: {head: vllmops-ray-head, worker: vllmops-ray-worker}
+    suboptions:
+      head:
+        description: The Ray head's unit.
+        type: str
+        default: vllmops-ray-head
+      worker:
+        description: The Ray workers' unit.
+        type: str
+        default: vllmops-ray-worker
+  address_source:
+    description: Where the nodes' cluster addresses come from, for the message when one is missing.
+    type: str
+    default: VLLM_HOST_IP in /etc/vllmops/cluster.env, written by the nccl role
   model_path:
     description: The model vLLM serves - a path (which must be O(model_dir) or under it) or a hub id such as C(org/name).
     type: str
@@ -120,7 +138,7 @@ EXAMPLES = r"""
       name: "{{ inventory_hostname }}"
       address: "{{ nccl.interface.address | default('') }}"
       gpus: "{{ gpus.usable_gpus }}"
-      head: "{{ vllmops_head_host | default(groups['vllm_nodes'] | first) }}"
+      head: "{{ vllmops_head_host }}"
 
 # ... and one task plans for all of them; every host reads __cluster_plan.plan.
 - name: Plan how the cluster runs
@@ -202,7 +220,7 @@ plan:
       description:
         - Per host, by inventory name - C(rank) (0 is the head, the others follow in inventory order), C(address),
           C(gpus), C(role) (C(head) or C(worker)), C(runs_vllm), C(serves_http), C(ray_unit)
-          (C(vllmops-ray-head), C(vllmops-ray-worker) or null) and C(serve_flags).
+          (O(ray_units.head), O(ray_units.worker) or null) and C(serve_flags).
         - In C(mp-multinode) C(serve_flags) holds C(nnodes), C(node_rank), C(master_addr), C(master_port), and
           C(headless) on workers; otherwise it is empty.
       type: dict
@@ -217,7 +235,7 @@ msg:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllmops.cluster.plugins.module_utils.plan import PlanError, make_plan
+from ansible_collections.vllmops.cluster.plugins.module_utils.plan import ADDRESS_SOURCE, PlanError, make_plan
 
 NODE_SPEC = dict(
     name=dict(type="str", required=True),
@@ -245,6 +263,10 @@ def main():
             master_port=dict(type="int", default=29501),
             api_port=dict(type="int", default=8000),
             ray_port=dict(type="int", default=6379),
+            ray_units=dict(type="dict", default={"head": "vllmops-ray-head", "worker": "vllmops-ray-worker"},
+                           options=dict(head=dict(type="str", default="vllmops-ray-head"),
+                                        worker=dict(type="str", default="vllmops-ray-worker"))),
+            address_source=dict(type="str", default=ADDRESS_SOURCE),
             model_path=dict(type="str", required=True),
             model_dir=dict(type="str", default="/srv/models"),
         ),

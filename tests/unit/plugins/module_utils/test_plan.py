@@ -99,6 +99,11 @@ def test_ray_and_single_node_members_get_no_flags_of_their_own(nodes, image, kwa
     assert all(member_flags == {} for member_flags in flags(plan(nodes, image, **kwargs)).values())
 
 
+def test_the_ray_units_are_named_as_the_settings_say():
+    result = plan(TWO, OLD_RAY, ray_units={"head": "ray-h", "worker": "ray-w"})
+    assert {name: member["ray_unit"] for name, member in result["members"].items()} == {"node1": "ray-h", "node2": "ray-w"}
+
+
 def test_the_summary_says_what_runs_where():
     result = plan(TWO, NEW)
     assert result["summary"] == ("mp multi-node: 2 nodes, TP 2 x PP 1 over 2 GPUs, head node1 (10.88.0.2), rank 0 serves http on :8000; "
@@ -116,6 +121,8 @@ REFUSED = [
     ("no hosts", [], NEW, {}, ["no hosts"]),
     ("missing address", [node("node1", "10.0.0.1"), node("node2", "")], NEW, {},
      ["node2 has no cluster address (VLLM_HOST_IP in /etc/vllmops/cluster.env, written by the nccl role)"]),
+    ("missing address, elsewhere", [node("node1", "10.0.0.1"), node("node2", "")], NEW,
+     {"address_source": "VLLM_HOST_IP in /srv/env"}, ["node2 has no cluster address (VLLM_HOST_IP in /srv/env)"]),
     ("duplicate address", [node("node1", "10.0.0.1"), node("node2", "10.0.0.1")], NEW, {},
      ["node1 and node2 both have the cluster address 10.0.0.1"]),
     ("no GPU", [node("node1", "10.0.0.1"), node("node2", "10.0.0.2", gpus=0)], NEW, {}, ["node2 has no GPU"]),
