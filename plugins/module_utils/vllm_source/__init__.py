@@ -35,6 +35,10 @@ class VllmSource:
         self.index = SourceIndex(read_text)
         self.types = TypeModel(self.index)
 
+    def exists(self, module: str) -> bool:
+        """Whether the installation has this module (``vllm.executor.ray_utils``)."""
+        return self.index.exists(module)
+
     def serve_flags(self) -> ServeFlags:
         return serve_flags(self.index, self.types, flexible_parser.inverse_prefixes(self.index))
 

@@ -40,6 +40,9 @@ def test_one_installation_end_to_end():
     assert source.parser_features() == {"underscores": True, "dash_o": False, "dotted_keys": False,
                                         "allow_abbrev": False}
     assert source.inverse_prefixes() == {"--enable-": "--disable-"}
+    assert source.exists("vllm.scripts")
+    assert source.exists("vllm.utils")
+    assert not source.exists("vllm.executor.ray_utils")
 
 
 def test_an_installation_without_vllm_is_an_error():
