@@ -67,6 +67,22 @@ def test_abbreviation_setting_matches(extracted):
     assert source.parser_features()["allow_abbrev"] == truth["allow_abbrev"]
 
 
+# Not in the recorded fixtures (argparse does not expose them): what each
+# version's FlexibleArgumentParser.parse_args rewrites, read from its code.
+ARGV_REWRITES = {
+    "0.6.3.post1": {"underscores": True, "dash_o": False, "dotted_keys": False},
+    "0.10.2": {"underscores": True, "dash_o": True, "dotted_keys": True},
+    "0.16.0": {"underscores": True, "dash_o": True, "dotted_keys": True},
+    "0.33.0": {"underscores": True, "dash_o": True, "dotted_keys": True},
+}
+
+
+def test_argv_rewrites_per_era(extracted):
+    version, source, _, _ = extracted
+    features = source.parser_features()
+    assert {key: features[key] for key in ARGV_REWRITES[version]} == ARGV_REWRITES[version]
+
+
 def _info(source, flags):
     return {"flags": sorted(flags.flags), "negatable_flags": sorted(flags.negatable),
             "store_true_flags": sorted(flags.store_true), "value_boolean_flags": sorted(flags.value_booleans),
