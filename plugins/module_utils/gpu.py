@@ -70,6 +70,31 @@ def parse_toolkit_version(text: str) -> str | None:
     return match.group(1) if match else None
 
 
+def parse_passthrough_csv(text: str) -> list[dict]:
+    """`nvidia-smi --query-gpu=index,name,uuid --format=csv,noheader` inside the passthrough container."""
+    gpus = []
+    for line in text.strip().splitlines():
+        cells = [c.strip() for c in line.split(",")]
+        if len(cells) == 3 and cells[0].isdigit():
+            gpus.append({"index": int(cells[0]), "name": cells[1], "uuid": cells[2]})
+    return gpus
+
+
+def device_requests(mode: str) -> list[dict]:
+    """The engine's HostConfig.DeviceRequests for `docker run --gpus all` (gpus) or `--device nvidia.com/gpu=all` (cdi)."""
+    if mode == "cdi":
+        return [{"Driver": "cdi", "DeviceIDs": ["nvidia.com/gpu=all"]}]
+    return [{"Driver": "", "Count": -1, "Capabilities": [["gpu"]]}]
+
+
+def describe_engine_error(err, socket_path: str) -> str:
+    """The sentence for a Docker Engine that cannot be asked (a DockerError from docker_api)."""
+    if getattr(err, "unreachable", False) and not os.path.exists(socket_path):
+        return (f"Docker Engine is not installed or not running (no socket {socket_path}): "
+                "apply the role vllmops.cluster.docker")
+    return f"Docker Engine does not answer ({str(err)[-200:]}): apply the role vllmops.cluster.docker"
+
+
 def summarize_docker_info(info: dict) -> dict:
     runtimes = sorted((info.get("Runtimes") or {}).keys())
     return {
@@ -140,7 +165,7 @@ CONTAINER_FAILURES = [
     (re.compile(r'executable file not found in \$PATH|"nvidia-smi": executable file not found|nvidia-smi: not found'),
      "the passthrough container has no nvidia-smi, so the toolkit did not inject the driver utilities: check "
      f"NVIDIA_DRIVER_CAPABILITIES includes utility, and the toolkit (role {ROLE})"),
-    (re.compile(r"nvidia\.com/gpu=\S+ is not an absolute path"),
+    (re.compile(r'nvidia\.com/gpu=\S+ is not an absolute path|could not select device driver "cdi"'),
      "this Docker Engine does not understand CDI devices (Docker 25 and newer with CDI enabled do): use "
      "passthrough=gpus, or upgrade Docker"),
     (re.compile(r"unresolvable CDI devices|CDI device injection failed", re.I),

@@ -10,9 +10,9 @@ Two ways in, the fastest that works:
   them (whiteouts, opaque directories, symlinks resolved inside the image).
   Cost follows the files read, not the image size. Needs read access to
   Docker's data root (root).
-* ``CreatedContainer``: a created, never started container and
-  ``docker cp CONTAINER:PATH -`` for each file; works with any storage
-  driver, costs one docker call per file.
+* ``CreatedContainer``: a created, never started container and the engine's
+  archive of each path (what ``docker cp CONTAINER:PATH -`` reads); works
+  with any storage driver, costs one engine request per path.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ import os
 import posixpath
 import stat
 import tarfile
+
+from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerError
 
 _MAX_SYMLINKS = 40
 _OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
@@ -232,23 +234,27 @@ class CreatedContainer(_ImageFiles):
 
     cheap_listing = False  # listing copies the whole directory tree
 
-    def __init__(self, run_command, docker: str, image: str) -> None:
-        self._run = run_command
+    def __init__(self, docker, image: str) -> None:
+        """docker: a docker_api.DockerClient."""
         self._docker = docker
-        # The entrypoint is never run: the container is only created.
-        rc, out, err = self._run([docker, "create", "--entrypoint", "/vllmops-probe-never-started",
-                                  "--label", "io.vllmops.probe=1", image])
-        if rc != 0:
-            raise ImageFilesError(f"docker create {image} failed: {err.strip()}")
-        self.container = out.strip()
+        self.container = None
+        try:
+            # The entrypoint is never run: the container is only created.
+            self.container = docker.container_create(image, entrypoint=["/vllmops-probe-never-started"],
+                                                     labels={"io.vllmops.probe": "1"})
+        except DockerError as err:
+            raise ImageFilesError(f"creating a container of {image} failed: {err}") from err
         self._tars: dict[str, tarfile.TarFile | None] = {}
 
     def _tar(self, path: str) -> tarfile.TarFile | None:
         path = _normalize(path)
         if path not in self._tars:
-            rc, out, _err = self._run([self._docker, "cp", f"{self.container}:{path}", "-"], binary=True)
+            try:
+                data = self._docker.container_archive(self.container, path)
+            except DockerError as err:
+                raise ImageFilesError(f"reading {path} from a created container failed: {err}") from err
             # An in-memory archive kept for later reads of the same path; nothing to close.
-            self._tars[path] = tarfile.open(fileobj=io.BytesIO(out)) if rc == 0 and out else None  # noqa: SIM115
+            self._tars[path] = tarfile.open(fileobj=io.BytesIO(data)) if data else None  # noqa: SIM115
         return self._tars[path]
 
     def _member(self, path: str, hops: int = 0) -> tuple[tarfile.TarFile, tarfile.TarInfo] | None:
@@ -287,6 +293,6 @@ class CreatedContainer(_ImageFiles):
                        if m.name.startswith(prefix) and m.name != prefix})
 
     def close(self) -> None:
-        if getattr(self, "container", None):
-            self._run([self._docker, "rm", "-f", self.container])
+        if self.container:
+            self._docker.container_remove(self.container)
             self.container = None

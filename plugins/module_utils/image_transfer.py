@@ -1,6 +1,7 @@
 # Copyright: vllmops.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Stream a Docker image from one source to several nodes: `docker save | docker load`
+"""Stream a Docker image from one source to several nodes: the engine's save
+(GET /images/NAME/get) into the receiver engine's load (POST /images/load)
 over HTTP, with no temporary file of the whole image anywhere.
 
 The source (a node that has the image, or a `docker save` archive on the
@@ -12,11 +13,10 @@ stream.
 
 from __future__ import annotations
 
-import contextlib
 import hmac
+import http.client
 import json
 import os
-import subprocess
 import tarfile
 import threading
 import time
@@ -24,6 +24,7 @@ import urllib.error
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ansible.module_utils.urls import open_url
+from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerError
 
 CHUNK = 1 << 20
 
@@ -46,36 +47,34 @@ def archive_image(path):
     return "sha256:" + digest, manifest[0].get("RepoTags") or [], os.path.getsize(path)
 
 
-def local_image(docker_cli, image):
-    """(image ID, repo tags, size) of an image on this host's engine, or None when it is absent."""
-    proc = subprocess.run([docker_cli, "image", "inspect", image], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        if "No such image" in proc.stderr or "no such image" in proc.stderr.lower():
-            return None
-        raise TransferError(f"docker image inspect {image} failed: {proc.stderr.strip()}")
-    info = json.loads(proc.stdout)[0]
+def local_image(docker, image):
+    """(image ID, repo tags, size) of an image on the engine of `docker` (a DockerClient), None when it is absent."""
+    try:
+        info = docker.image_inspect(image)
+    except DockerError as err:
+        raise TransferError(f"inspecting {image} on this host's Docker Engine failed: {err}") from err
+    if info is None:
+        return None
     return info["Id"], info.get("RepoTags") or [], info.get("Size", 0)
 
 
 class ImageStream:
-    """What each GET streams: `docker save IMAGE`, or the archive file."""
+    """What each GET streams: the engine's save of image, or the archive file."""
 
-    def __init__(self, docker_cli, image=None, archive=None):
-        self.docker_cli, self.image, self.archive = docker_cli, image, archive
+    def __init__(self, docker, image=None, archive=None):
+        self.docker, self.image, self.archive = docker, image, archive
 
     def stream(self, write):
         if self.archive:
             with open(self.archive, "rb") as data:
                 return _pump(data, write)
-        proc = subprocess.Popen([self.docker_cli, "save", self.image], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        sent = 0
         try:
-            sent = _pump(proc.stdout, write)
-        finally:
-            proc.stdout.close()
-            stderr = proc.stderr.read().decode(errors="replace")
-            code = proc.wait()
-        if code != 0:
-            raise TransferError(f"docker save {self.image} failed: {stderr.strip()}")
+            for chunk in self.docker.image_save(self.image):
+                write(chunk)
+                sent += len(chunk)
+        except DockerError as err:
+            raise TransferError(f"docker save {self.image} failed after {sent} bytes: {err}") from err
         return sent
 
 
@@ -169,8 +168,8 @@ class _Progress:
         os.replace(partial, self.path)
 
 
-def receive(docker_cli, url, connect_deadline_s=60, progress_path=None, total_bytes=None):
-    """GET url into `docker load`; return (bytes received, seconds, what docker load said)."""
+def receive(docker, url, connect_deadline_s=60, progress_path=None, total_bytes=None):
+    """GET url into the engine's load (`docker`, a DockerClient); return (bytes received, seconds, what it said)."""
     end = time.monotonic() + connect_deadline_s
     while True:
         try:
@@ -185,29 +184,26 @@ def receive(docker_cli, url, connect_deadline_s=60, progress_path=None, total_by
             time.sleep(0.5)
     progress = _Progress(progress_path, total_bytes)
     started = time.monotonic()
-    load = subprocess.Popen([docker_cli, "load"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     received = 0
+
+    def chunks():
+        nonlocal received
+        while True:
+            chunk = response.read(CHUNK)
+            if not chunk:
+                return
+            received += len(chunk)
+            progress.update(received)
+            yield chunk
+
     try:
         with response:
-            while True:
-                chunk = response.read(CHUNK)
-                if not chunk:
-                    break
-                load.stdin.write(chunk)
-                received += len(chunk)
-                progress.update(received)
-    except (OSError, ValueError) as err:
-        load.kill()
+            said = docker.image_load(chunks())
+    except (OSError, ValueError, http.client.HTTPException) as err:
         progress.update(received, "failed", force=True)
         raise TransferError(f"the copy broke after {received} bytes: {err}") from err
-    finally:
-        with contextlib.suppress(OSError):
-            load.stdin.close()
-    stdout, stderr = load.stdout.read(), load.stderr.read()  # docker load says a line or two
-    load.wait()
-    seconds = time.monotonic() - started
-    if load.returncode != 0:
+    except DockerError as err:
         progress.update(received, "failed", force=True)
-        raise TransferError(f"docker load failed after {received} bytes: {stderr.decode(errors='replace').strip()}")
+        raise TransferError(f"docker load failed after {received} bytes: {err}") from err
     progress.update(received, "done", force=True)
-    return received, seconds, stdout.decode(errors="replace").strip()
+    return received, time.monotonic() - started, said

@@ -14,9 +14,10 @@ description:
     Unified-memory GPUs (GB10, DGX Spark) report memory as N/A; their memory is taken from C(/proc/meminfo).
   - Reports the NVIDIA container toolkit (version, runtime hook), Docker's runtimes, default runtime and cgroup
     driver, and the CDI specs present.
-  - With O(image), runs one short passthrough container (C(--gpus all), or the CDI device when NVIDIA CDI specs
-    exist and Docker supports CDI) whose entrypoint is replaced by C(nvidia-smi); it never starts the image's
-    own entrypoint, is bounded by O(timeout) and is always removed, in check mode too.
+  - With O(image), runs one short passthrough container (what C(--gpus all) asks for, or the CDI device when
+    NVIDIA CDI specs exist and Docker supports CDI) whose entrypoint is replaced by C(nvidia-smi); it never starts
+    the image's own entrypoint, never pulls the image, is killed at O(timeout) and is always removed, in check
+    mode too.
   - Returns C(ok) and C(diagnosis), one sentence per problem saying what is wrong and which role or variable
     fixes it. With O(require_gpus) the module fails with that diagnosis when fewer GPUs are usable.
 options:
@@ -38,7 +39,7 @@ options:
     type: int
     default: 120
 extends_documentation_fragment:
-  - vllmops.cluster.docker_cli
+  - vllmops.cluster.docker_host
   - vllmops.cluster.info_module
 author:
   - vllmops.cluster developers (@vllmops)
@@ -168,7 +169,8 @@ passthrough:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.basic import AnsibleModule, env_fallback
+from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DEFAULT_HOST, DockerClient, DockerError
 from ansible_collections.vllmops.cluster.plugins.module_utils.gpu import (
     CONTAINER_FAILURES,
     GPU_QUERY_FIELDS,
@@ -176,10 +178,13 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.gpu import (
     GpuProbeError,
     cdi_specs,
     classify,
+    describe_engine_error,
+    device_requests,
     diagnose,
     meminfo_total_mib,
     parse_cuda_version,
     parse_gpu_csv,
+    parse_passthrough_csv,
     parse_toolkit_version,
     summarize_docker_info,
 )
@@ -229,41 +234,36 @@ def toolkit_facts(module) -> dict:
     return {"installed": bool(ctk or hook), "version": version, "hook": hook, "runtime": runtime}
 
 
-def docker_facts(module, docker: str) -> dict:
-    if not module.get_bin_path(docker):
-        return {"nvidia_runtime": False, "runtimes": [], "error":
-                f"Docker Engine is not installed (no {docker} client): apply the role vllmops.cluster.docker"}
-    rc, out, err = module.run_command([docker, "info", "--format", "{{json .}}"])
-    if rc != 0:
-        return {"nvidia_runtime": False, "runtimes": [], "error":
-                f"Docker Engine does not answer ({_tail(err, 200)}): apply the role vllmops.cluster.docker"}
-    return summarize_docker_info(module.from_json(out))
+def docker_facts(docker: DockerClient) -> dict:
+    try:
+        return summarize_docker_info(docker.info())
+    except DockerError as err:
+        return {"nvidia_runtime": False, "runtimes": [], "error": describe_engine_error(err, docker.socket_path)}
 
 
-def passthrough_facts(module, docker: str, image: str, mode: str, timeout: int, has_cdi: bool) -> dict:
+def passthrough_facts(docker: DockerClient, image: str, mode: str, timeout: int, has_cdi: bool) -> dict:
     if mode == "auto":
         mode = "cdi" if has_cdi else "gpus"
-    request = ["--device", "nvidia.com/gpu=all"] if mode == "cdi" else ["--gpus", "all"]
-    name = f"vllmops-gpu-probe-{os.getpid()}"
-    argv = ["timeout", "--kill-after=10", str(timeout), docker, "run", "--rm", "--name", name,
-            "--label", "io.vllmops.probe=gpu", *request, "--entrypoint", "nvidia-smi", image,
-            "--query-gpu=index,name,uuid", "--format=csv,noheader"]
+    result = {"mode": mode, "image": image, "gpus": [], "error": None, "output": ""}
     try:
-        rc, out, err = module.run_command(argv)
-    finally:
-        module.run_command([docker, "rm", "-f", name])
-    result = {"mode": mode, "image": image, "gpus": [], "error": None, "output": _tail(out + err)}
-    if rc == 124 or rc == 137:
+        run = docker.run(image, ["nvidia-smi"], ["--query-gpu=index,name,uuid", "--format=csv,noheader"], timeout,
+                         name=f"vllmops-gpu-probe-{os.getpid()}", labels={"io.vllmops.probe": "gpu"},
+                         device_requests=device_requests(mode))
+    except DockerError as err:
+        result["output"] = _tail(str(err))
+        result["error"] = classify(str(err), CONTAINER_FAILURES) or f"the passthrough container failed to start: {_tail(str(err), 300)}"
+        return result
+    out = run.stdout.decode("utf-8", errors="replace")
+    both = out + run.stderr.decode("utf-8", errors="replace")
+    result["output"] = _tail(both)
+    if run.timed_out:
         result["error"] = (f"the passthrough container did not finish within {timeout} s: the NVIDIA runtime hangs "
                            "setting up the GPUs; check `dmesg` and the driver")
-    elif rc != 0:
-        result["error"] = classify(out + err, CONTAINER_FAILURES) or (
-            f"the passthrough container failed (rc={rc}): {_tail(out + err, 300)}")
+    elif run.status != 0:
+        result["error"] = classify(both, CONTAINER_FAILURES) or (
+            f"the passthrough container failed (rc={run.status}): {_tail(both, 300)}")
     else:
-        for line in out.strip().splitlines():
-            cells = [c.strip() for c in line.split(",")]
-            if len(cells) == 3 and cells[0].isdigit():
-                result["gpus"].append({"index": int(cells[0]), "name": cells[1], "uuid": cells[2]})
+        result["gpus"] = parse_passthrough_csv(out)
         if not result["gpus"]:
             result["error"] = "the passthrough container ran but saw no GPU: check NVIDIA_VISIBLE_DEVICES in the image"
     return result
@@ -276,14 +276,18 @@ def main():
             passthrough=dict(type="str", default="auto", choices=["auto", "gpus", "cdi"]),
             require_gpus=dict(type="int"),
             timeout=dict(type="int", default=120),
-            docker_cli=dict(type="str", default="docker"),
+            docker_host=dict(type="str", default=DEFAULT_HOST, fallback=(env_fallback, ["DOCKER_HOST"])),
         ),
         supports_check_mode=True,
     )
     module.run_command_environ_update = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
     params = module.params
-    docker = module.get_bin_path(params["docker_cli"]) or params["docker_cli"]
-    facts = {"host": host_facts(module), "toolkit": toolkit_facts(module), "docker": docker_facts(module, docker),
+    try:
+        docker = DockerClient(params["docker_host"])
+        engine = docker_facts(docker)
+    except DockerError as err:  # docker_host is no unix socket
+        docker, engine = None, {"nvidia_runtime": False, "runtimes": [], "error": str(err)}
+    facts = {"host": host_facts(module), "toolkit": toolkit_facts(module), "docker": engine,
              "cdi": cdi_specs(), "passthrough": None}
     # CDI only where the engine reads CDI specs (Docker 25+ reports CDISpecDirs); older engines take
     # `--device nvidia.com/gpu=all` for a device path and fail.
@@ -294,7 +298,7 @@ def main():
             facts["passthrough"] = {"mode": None, "image": params["image"], "gpus": [], "output": "",
                                     "error": None}  # the docker problem is already in the diagnosis
         else:
-            facts["passthrough"] = passthrough_facts(module, docker, params["image"], params["passthrough"],
+            facts["passthrough"] = passthrough_facts(docker, params["image"], params["passthrough"],
                                                      params["timeout"], has_cdi)
     diagnosis = diagnose(facts, params["require_gpus"])
     usable = len(facts["passthrough"]["gpus"]) if facts["passthrough"] is not None else len(facts["host"]["gpus"])

@@ -11,7 +11,7 @@ version_added: 0.1.0
 description:
   - Reads a few files out of an image on the target host's Docker Engine, never starting it, never
     importing vLLM and never needing a GPU. With the overlay2 storage driver it reads the layer directories
-    directly; otherwise it copies single files out of a created, never started, container.
+    directly; otherwise it copies single files out of a created, never started, container (which it removes).
   - Reports the image (ID, tags, CPU architecture compared with the host's, entrypoint, CUDA/NVIDIA
     environment), its Python, its vLLM (version, every option C(vllm serve) accepts, the model
     architectures its registry knows, multi-node modes) and the versions of Ray, torch, transformers and NCCL.
@@ -51,7 +51,7 @@ options:
     choices: [auto, overlay2, container]
     default: auto
 extends_documentation_fragment:
-  - vllmops.cluster.docker_cli
+  - vllmops.cluster.docker_host
   - vllmops.cluster.info_module
 author:
   - vllmops.cluster developers (@vllmops)
@@ -250,13 +250,10 @@ notes:
 
 import traceback
 
-from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe import (
-    Docker,
-    ProbeError,
-    probe_image,
-    validate,
-)
+from ansible.module_utils.basic import AnsibleModule, env_fallback
+from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DEFAULT_HOST, DockerClient, DockerError
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.probe import ProbeError, probe_image
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.validation import validate
 from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_cli import CliArgsError
 
 
@@ -269,24 +266,17 @@ def main():
             fail_on_invalid=dict(type="bool", default=True),
             use_cache=dict(type="bool", default=True),
             backend=dict(type="str", default="auto", choices=["auto", "overlay2", "container"]),
-            docker_cli=dict(type="str", default="docker"),
+            docker_host=dict(type="str", default=DEFAULT_HOST, fallback=(env_fallback, ["DOCKER_HOST"])),
         ),
         supports_check_mode=True,
     )
     params = module.params
-    module.run_command_environ_update = {"LANG": "C", "LC_ALL": "C", "LANGUAGE": "C"}
-
-    def run(argv, binary=False):
-        if binary:
-            return module.run_command(argv, binary_data=True, encoding=None)
-        return module.run_command(argv)
-
-    docker = Docker(run, module.get_bin_path(params["docker_cli"]) or params["docker_cli"])
     try:
+        docker = DockerClient(params["docker_host"])
         result = probe_image(docker, params["image"], use_cache=params["use_cache"], backend=params["backend"])
         if params["flags"] is not None or params["model_architectures"]:
             result["validation"] = validate(result, params["flags"], params["model_architectures"])
-    except (ProbeError, CliArgsError) as err:
+    except (ProbeError, CliArgsError, DockerError) as err:
         module.fail_json(msg=f"probing image {params['image']}: {err}")
     except Exception as err:  # an image laid out in a way the probe did not expect
         module.fail_json(msg=f"probing image {params['image']}: unexpected {type(err).__name__}: {err}",

@@ -10,7 +10,7 @@ short_description: Load a Docker image streamed by image_source, unless this nod
 version_added: 0.1.0
 description:
   - Compares the image ID of O(image) on this host's Docker Engine with O(image_id). When they differ, reads the
-    image from O(url) (served by M(vllmops.cluster.image_source)) straight into C(docker load), then checks that
+    image from O(url) (served by M(vllmops.cluster.image_source)) straight into the engine's image load (what C(docker load) does), then checks that
     O(image) now has O(image_id).
   - Writes its progress (bytes, seconds, MB/s) as JSON to O(progress_file) about once a second while copying.
 options:
@@ -38,7 +38,7 @@ options:
     type: int
     default: 60
 extends_documentation_fragment:
-  - vllmops.cluster.docker_cli
+  - vllmops.cluster.docker_host
 attributes:
   check_mode:
     support: full
@@ -83,7 +83,8 @@ seconds:
 
 import os
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.basic import AnsibleModule, env_fallback
+from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DEFAULT_HOST, DockerClient, DockerError
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import TransferError, local_image, receive
 
 
@@ -96,13 +97,13 @@ def main():
             total_bytes=dict(type="int"),
             progress_file=dict(type="str", default="/run/vllmops/image-receive.json"),
             connect_deadline=dict(type="int", default=60),
-            docker_cli=dict(type="str", default="docker"),
+            docker_host=dict(type="str", default=DEFAULT_HOST, fallback=(env_fallback, ["DOCKER_HOST"])),
         ),
         supports_check_mode=True,
     )
     params = module.params
-    docker = module.get_bin_path(params["docker_cli"], required=True)
     try:
+        docker = DockerClient(params["docker_host"])
         before = local_image(docker, params["image"])
         previous = before[0] if before else None
         result = dict(changed=previous != params["image_id"], previous_id=previous, image_id=previous, bytes=0, seconds=0.0)
@@ -113,7 +114,7 @@ def main():
             os.makedirs(os.path.dirname(progress), exist_ok=True)
         copied, seconds, _said = receive(docker, params["url"], params["connect_deadline"], progress, params["total_bytes"])
         after = local_image(docker, params["image"])
-    except TransferError as err:
+    except (DockerError, TransferError) as err:
         module.fail_json(msg=f"copying {params['image']}: {err}")
     result.update(image_id=after[0] if after else None, bytes=copied, seconds=round(seconds, 2))
     if result["image_id"] != params["image_id"]:

@@ -41,7 +41,7 @@ options:
     type: int
     default: 3600
 extends_documentation_fragment:
-  - vllmops.cluster.docker_cli
+  - vllmops.cluster.docker_host
 attributes:
   check_mode:
     support: partial
@@ -86,7 +86,8 @@ served:
   elements: int
 """
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.basic import AnsibleModule, env_fallback
+from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DEFAULT_HOST, DockerClient, DockerError
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import ImageStream, TransferError, archive_image, local_image, serve
 
 
@@ -99,31 +100,33 @@ def main():
             address=dict(type="str", default="0.0.0.0"),
             port=dict(type="int", default=29700),
             deadline=dict(type="int", default=3600),
-            docker_cli=dict(type="str", default="docker"),
+            docker_host=dict(type="str", default=DEFAULT_HOST, fallback=(env_fallback, ["DOCKER_HOST"])),
         ),
         required_one_of=[("image", "archive")],
         mutually_exclusive=[("image", "archive")],
         supports_check_mode=True,
     )
     params = module.params
+    docker = None  # an archive needs no engine
     try:
         if params["archive"]:
             found = archive_image(params["archive"])
         else:
-            found = local_image(module.get_bin_path(params["docker_cli"], required=True), params["image"])
+            docker = DockerClient(params["docker_host"])
+            found = local_image(docker, params["image"])
             if found is None:
                 module.fail_json(msg=f"the image source has no image {params['image']}: load or pull it there, "
                                      "or name another source (image_source_host / image_archive)")
         image_id, tags, size = found
         result = dict(changed=False, image_id=image_id, repo_tags=tags, size_bytes=size)
         if params["tokens"] and not module.check_mode:
-            source = ImageStream(params["docker_cli"], image=params["image"], archive=params["archive"])
+            source = ImageStream(docker, image=params["image"], archive=params["archive"])
             sent = serve(source, params["address"], params["port"], params["tokens"], params["deadline"])
             result["served"] = [sent[token] if isinstance(sent[token], int) else 0 for token in params["tokens"]]
             problems = [sent[token] for token in params["tokens"] if not isinstance(sent[token], int)]
             if problems:
                 module.fail_json(msg="serving the image: " + "; ".join(sorted(set(problems))), **result)
-    except TransferError as err:
+    except (DockerError, TransferError) as err:
         module.fail_json(msg=str(err))
     module.exit_json(**result)
 

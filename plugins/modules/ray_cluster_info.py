@@ -9,7 +9,8 @@ module: ray_cluster_info
 short_description: Read the Ray cluster from its head and wait until the expected nodes and GPUs are alive
 version_added: 0.1.0
 description:
-  - Runs a short Ray driver with the image's own Python inside the head's Ray container (C(docker exec)) and
+  - Runs a short Ray driver with the image's own Python inside the head's Ray container (an exec through the
+    Docker Engine's API, what C(docker exec) does) and
     reads C(ray.nodes()) - every node's address, liveness and declared GPUs.
   - With O(expected_nodes), polls until each expected node's address is alive with its GPUs, or fails at
     O(timeout) naming the nodes that are missing or short of GPUs.
@@ -37,7 +38,7 @@ options:
     type: int
     default: 3
 extends_documentation_fragment:
-  - vllmops.cluster.docker_cli
+  - vllmops.cluster.docker_host
   - vllmops.cluster.info_module
 author:
   - vllmops.cluster developers (@vllmops)
@@ -103,12 +104,17 @@ waited:
 
 import time
 
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.basic import AnsibleModule, env_fallback
+from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DEFAULT_HOST, DockerClient, DockerError
 from ansible_collections.vllmops.cluster.plugins.module_utils.ray_cluster import NODES_SCRIPT, RayClusterError, compare, describe, parse_nodes
 
 
-def read_nodes(module, docker, container):
-    rc, out, err = module.run_command([docker, "exec", container, "python3", "-c", NODES_SCRIPT])
+def read_nodes(docker, container):
+    try:
+        rc, out, err = docker.exec_run(container, ["python3", "-c", NODES_SCRIPT], timeout=120)
+    except DockerError as error:
+        raise RayClusterError(f"reading Ray on {container} failed: {error}") from error
+    out, err = out.decode("utf-8", errors="replace"), err.decode("utf-8", errors="replace")
     if rc != 0:
         raise RayClusterError(f"reading Ray on {container} failed (rc={rc}): {(err or out).strip()[-600:]}")
     return parse_nodes(out)
@@ -130,19 +136,22 @@ def main():
             timeout=dict(type="int", default=180),
             unit=dict(type="str", default="vllmops-ray-head"),
             interval=dict(type="int", default=3),
-            docker_cli=dict(type="str", default="docker"),
+            docker_host=dict(type="str", default=DEFAULT_HOST, fallback=(env_fallback, ["DOCKER_HOST"])),
         ),
         supports_check_mode=True,
     )
     params = module.params
-    docker = module.get_bin_path(params["docker_cli"], required=True)
+    try:
+        docker = DockerClient(params["docker_host"])
+    except DockerError as err:
+        module.fail_json(msg=str(err))
     expected = {name: {"address": str(want["address"]), "gpus": float(want.get("gpus", 0))}
                 for name, want in params["expected_nodes"].items()}
     started = time.monotonic()
     last_error = None
     while True:
         try:
-            nodes = read_nodes(module, docker, params["container"])
+            nodes = read_nodes(docker, params["container"])
             ready, summary = compare(nodes, expected)
             last_error = None
         except RayClusterError as err:

@@ -143,10 +143,15 @@ def test_cache_follows_the_image_id(probe_images):
         _, first = run_module("image_probe", {"image": retagged})
         _, second = run_module("image_probe", {"image": retagged})
         assert (first["cached"], second["cached"]) == (False, True)
-        # A new image under the same tag has a new ID: probed afresh, not answered from the cache.
+        # A new image under the same tag has a new ID: probed afresh, not answered from the old ID's cache.
         subprocess.run(["docker", "tag", probe_images["vllm-0.16.0"], retagged], check=True)
+        new_id = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", retagged],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        for stale in CACHE_DIR.glob(new_id.replace(":", "_") + "-*.json"):
+            stale.unlink()
         _, third = run_module("image_probe", {"image": retagged})
-        assert third["cached"] is False or third["image"]["id"] != image_id
+        assert third["image"]["id"] == new_id != image_id
+        assert third["cached"] is False
         assert third["vllm"]["version"] == "0.16.0"
     finally:
         subprocess.run(["docker", "rmi", retagged], capture_output=True, check=False)

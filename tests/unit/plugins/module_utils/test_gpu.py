@@ -5,10 +5,13 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.gpu import (
     CONTAINER_FAILURES,
     HOST_FAILURES,
     classify,
+    describe_engine_error,
+    device_requests,
     diagnose,
     meminfo_total_mib,
     parse_cuda_version,
     parse_gpu_csv,
+    parse_passthrough_csv,
     parse_toolkit_version,
     summarize_docker_info,
 )
@@ -78,11 +81,42 @@ def test_host_failures(output, expected):
      'runtime create failed: runc create failed: unable to start container process: exec: "nvidia-smi": '
      "executable file not found in $PATH: unknown.", "has no nvidia-smi"),
     ("docker: nvidia.com/gpu=all is not an absolute path.\nSee 'docker run --help'.", "does not understand CDI"),
+    # The engine's own words (the API passes them through) where an engine before Docker 25 gets a CDI request.
+    ('could not select device driver "cdi" with capabilities: []', "does not understand CDI"),
+    ("No such image: vllm/vllm-openai:v9", "image is not on this host"),
     ("docker: Error response from daemon: CDI device injection failed: unresolvable CDI devices nvidia.com/gpu=all.",
      "generate the CDI spec"),
 ])
 def test_container_failures(stderr, expected):
     assert expected in classify(stderr, CONTAINER_FAILURES)
+
+
+@pytest.mark.parametrize(("mode", "requests"), [
+    ("gpus", [{"Driver": "", "Count": -1, "Capabilities": [["gpu"]]}]),  # docker run --gpus all
+    ("cdi", [{"Driver": "cdi", "DeviceIDs": ["nvidia.com/gpu=all"]}]),  # docker run --device nvidia.com/gpu=all
+])
+def test_device_requests_are_what_the_docker_cli_sends(mode, requests):
+    assert device_requests(mode) == requests
+
+
+def test_passthrough_csv_skips_what_is_not_a_gpu_line():
+    out = "0, NVIDIA H200, GPU-9b1c\nWarning: persistence mode is off\n1, NVIDIA H200, GPU-77aa\n"
+    assert parse_passthrough_csv(out) == [{"index": 0, "name": "NVIDIA H200", "uuid": "GPU-9b1c"},
+                                          {"index": 1, "name": "NVIDIA H200", "uuid": "GPU-77aa"}]
+
+
+class _EngineError(Exception):
+    def __init__(self, message, unreachable):
+        super().__init__(message)
+        self.unreachable = unreachable
+
+
+def test_an_engine_without_a_socket_is_not_installed_and_one_that_fails_does_not_answer(tmp_path):
+    missing = describe_engine_error(_EngineError("no such file", True), str(tmp_path / "docker.sock"))
+    assert missing.startswith("Docker Engine is not installed or not running (no socket ")
+    (tmp_path / "docker.sock").write_text("")
+    refusing = describe_engine_error(_EngineError("connection refused", True), str(tmp_path / "docker.sock"))
+    assert refusing == "Docker Engine does not answer (connection refused): apply the role vllmops.cluster.docker"
 
 
 def test_docker_info_summary():

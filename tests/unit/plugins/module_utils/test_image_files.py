@@ -1,11 +1,18 @@
-"""OverlayLayers merges layer directories the way overlayfs does."""
+"""OverlayLayers merges layer directories the way overlayfs does; CreatedContainer reads the same through
+the engine's archive of a created, never started container."""
 
+import io
+import json
 import os
 import shutil
 import stat
+import tarfile
+import tempfile
 
 import pytest
-from ansible_collections.vllmops.cluster.plugins.module_utils.image_files import ImageFilesError, OverlayLayers
+from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerClient
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_files import CreatedContainer, ImageFilesError, OverlayLayers
+from fake_engine import FakeEngine
 
 
 def write(root, path, text="x"):
@@ -101,3 +108,68 @@ def test_symlink_loops_are_reported(tmp_path):
 def test_other_storage_drivers_are_refused():
     with pytest.raises(ImageFilesError, match="not overlay2"):
         OverlayLayers.from_graph_driver({"Name": "vfs", "Data": {}})
+
+
+def archive(*members) -> bytes:
+    """A tar as the engine's archive endpoint sends it: (name, text) for a file, (name, None) for a directory,
+    (name, "->target") for a symlink."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        for name, content in members:
+            info = tarfile.TarInfo(name)
+            if content is None:
+                info.type = tarfile.DIRTYPE
+                tar.addfile(info)
+            elif content.startswith("->"):
+                info.type, info.linkname = tarfile.SYMTYPE, content[2:]
+                tar.addfile(info)
+            else:
+                data = content.encode()
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+ARCHIVES = {
+    "/usr/lib/python3/site/vllm/version.py": archive(("version.py", "__version__ = '0.16.0'\n")),
+    "/usr/local/site": archive(("site", "->/usr/lib/python3/site")),
+    "/usr/lib/python3/site": archive(("site", None), ("site/vllm", None), ("site/vllm/version.py", "x"),
+                                     ("site/ray", None)),
+}
+
+
+@pytest.fixture
+def engine():
+    with tempfile.TemporaryDirectory(prefix="vllmops-engine-") as tmp, FakeEngine(os.path.join(tmp, "docker.sock")) as fake:
+        fake.route("POST", "/containers/create", lambda req: req.json(201, {"Id": "c1"}))
+        fake.route("GET", "/containers/c1/archive",
+                   lambda req: req.raw(200, ARCHIVES[req.query["path"]], "application/x-tar")
+                   if req.query["path"] in ARCHIVES else req.json(404, {"message": "Could not find the file"}))
+        fake.route("DELETE", "/containers/c1", lambda req: req.raw(204, b""))
+        yield fake
+
+
+def test_a_created_container_is_never_started_and_is_removed(engine):
+    files = CreatedContainer(DockerClient(engine.host), "sha256:abc")
+    assert files.read_text("/usr/lib/python3/site/vllm/version.py") == "__version__ = '0.16.0'\n"
+    files.close()
+    config = json.loads(engine.requests[0][3])
+    assert config["Image"] == "sha256:abc"
+    assert config["Entrypoint"] == ["/vllmops-probe-never-started"]
+    assert config["Labels"] == {"io.vllmops.probe": "1"}
+    asked = [(method, path) for method, path, _query, _body in engine.requests]
+    assert ("POST", "/containers/c1/start") not in asked
+    assert asked[-1] == ("DELETE", "/containers/c1")
+
+
+def test_created_container_follows_symlinks_lists_and_misses(engine):
+    files = CreatedContainer(DockerClient(engine.host), "sha256:abc")
+    assert files.is_dir("/usr/local/site")  # the link itself resolves to the directory
+    assert files.listdir("/usr/local/site") == ["ray", "vllm"]
+    assert files.read_bytes("/nowhere") is None and not files.is_dir("/nowhere")
+
+
+def test_a_container_that_cannot_be_created_says_why(engine):
+    engine.route("POST", "/containers/create", lambda req: req.json(404, {"message": "No such image: sha256:abc"}))
+    with pytest.raises(ImageFilesError, match="creating a container of sha256:abc failed: No such image"):
+        CreatedContainer(DockerClient(engine.host), "sha256:abc")

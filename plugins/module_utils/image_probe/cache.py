@@ -1,0 +1,41 @@
+# Copyright: vllmops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Probe results kept on the host by image ID: an image never changes under
+its ID, so a second probe of it costs one inspect. The probe's version is part
+of the key: results of an older probe are not read."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+
+def cache_dir() -> str:
+    if os.geteuid() == 0:
+        return "/var/cache/vllmops/image_probe"
+    return os.path.join(os.path.expanduser("~"), ".cache", "vllmops", "image_probe")
+
+
+def cache_path(directory: str, image_id: str, version: int) -> str:
+    safe = image_id.replace(":", "_").replace("/", "_")
+    return os.path.join(directory, f"{safe}-v{version}.json")
+
+
+def read_cache(directory: str, image_id: str, version: int) -> dict | None:
+    try:
+        with open(cache_path(directory, image_id, version), encoding="utf-8") as handle:
+            return json.load(handle)
+    except (OSError, ValueError):
+        return None
+
+
+def write_cache(directory: str, image_id: str, version: int, result: dict) -> None:
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".probe-")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(result, handle)
+        os.replace(tmp, cache_path(directory, image_id, version))
+    except OSError:
+        pass  # a cache that cannot be written only costs speed

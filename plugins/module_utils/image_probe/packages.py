@@ -1,0 +1,69 @@
+# Copyright: vllmops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Versions of the packages that matter for serving, read from a site-packages
+directory of an image (dist-info names, else the packages' version files)."""
+
+from __future__ import annotations
+
+import posixpath
+import re
+
+# dist-info name prefix (normalized) -> the name reported.
+PACKAGES = {"ray": "ray", "torch": "torch", "transformers": "transformers",
+            "nvidia_nccl": "nvidia-nccl", "triton": "triton", "flashinfer_python": "flashinfer"}
+_VERSION_FILES = {"torch": "torch/version.py", "ray": "ray/_version.py", "transformers": "transformers/__init__.py",
+                  "triton": "triton/__init__.py"}
+_VERSION_ASSIGN = re.compile(
+    r"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*(?:(?:__version__|version)\s*=\s*)?['"]([^'"]+)['"]""", re.M)
+_DIST_DIR = re.compile(r"(.+?)-(\d[^-]*)\.(dist-info|egg-info)")
+
+
+def dist_versions(files, site_dir: str) -> dict:
+    """{normalized distribution name: version} from *.dist-info / *.egg-info names (listing readers only)."""
+    versions = {}
+    if not files.cheap_listing:
+        return versions
+    for name in files.listdir(site_dir) or []:
+        match = _DIST_DIR.fullmatch(name)
+        if match:
+            versions[match.group(1).lower().replace("-", "_").replace(".", "_")] = match.group(2)
+    return versions
+
+
+def version_from_file(files, path: str) -> str | None:
+    text = files.read_text(path)
+    match = _VERSION_ASSIGN.search(text) if text else None
+    return match.group(1) if match else None
+
+
+def nccl_header_version(files, site_dir: str) -> str | None:
+    """NCCL's version from the header pip's nvidia-nccl package installs."""
+    header = files.read_text(posixpath.join(site_dir, "nvidia/nccl/include/nccl.h"))
+    if header:
+        parts = [re.search(rf"#define NCCL_{p}\s+(\d+)", header) for p in ("MAJOR", "MINOR", "PATCH")]
+        if all(parts):
+            return ".".join(m.group(1) for m in parts)
+    return None
+
+
+def vllm_version(files, site_dir: str, dists: dict) -> str | None:
+    if "vllm" in dists:
+        return dists["vllm"]
+    for rel in ("vllm/_version.py", "vllm/version.py"):
+        version = version_from_file(files, posixpath.join(site_dir, rel))
+        if version:
+            return version
+    return None
+
+
+def package_versions(files, site_dir: str | None, dists: dict) -> dict:
+    """{reported name: version or None} for PACKAGES."""
+    found = {}
+    for dist_prefix, label in PACKAGES.items():
+        found[label] = next((v for k, v in dists.items() if k == dist_prefix or k.startswith(dist_prefix + "_")),
+                            None)
+        if found[label] is None and site_dir and dist_prefix in _VERSION_FILES:
+            found[label] = version_from_file(files, posixpath.join(site_dir, _VERSION_FILES[dist_prefix]))
+    if found["nvidia-nccl"] is None and site_dir:
+        found["nvidia-nccl"] = nccl_header_version(files, site_dir)
+    return found
