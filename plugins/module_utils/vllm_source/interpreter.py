@@ -85,6 +85,9 @@ class _OtherParser:
 SERVE = _Parser()
 OTHER = _OtherParser()
 
+# str methods evaluated on constants (flag names built from field names).
+_STR_METHODS = {"replace", "lower", "upper", "strip", "removeprefix", "removesuffix"}
+
 
 @dataclass
 class SubparsersVal:
@@ -370,8 +373,7 @@ class Interpreter:
                 return SERVE if is_serve else OTHER
             if isinstance(receiver, Const) and isinstance(receiver.value, str):
                 args = [self.expr(a, env, func) for a in node.args]
-                if all(isinstance(a, Const) for a in args) and method in {"replace", "lower", "upper", "strip",
-                                                                           "removeprefix", "removesuffix"}:
+                if all(isinstance(a, Const) for a in args) and method in _STR_METHODS:
                     try:
                         return Const(getattr(receiver.value, method)(*[a.value for a in args]))
                     except TypeError:
