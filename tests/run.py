@@ -118,6 +118,52 @@ def gate_package(bin_dir: Path = BIN) -> int:
                       cwd=Path(tmp), env=env))
 
 
+def _collection_tree(tmp: Path) -> Path:
+    """This checkout's tracked and unignored files under
+    tmp/ansible_collections/vllmops/cluster (the path the docs tools need)."""
+    dest = tmp / "ansible_collections/vllmops/cluster"
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout.split()
+    for rel in files:
+        src = ROOT / rel
+        if src.is_symlink() or not src.is_file():
+            continue  # the checkout's collections/ symlink points back here
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest / rel)
+    return dest
+
+
+def gate_docs() -> int:
+    """Every plugin's and role's documentation renders and links resolve
+    (antsibull-docs), the changelog fragments and changelog.yaml are valid and
+    CHANGELOG.md is what antsibull-changelog generates from them, and
+    execution-environment.yml becomes a build context holding the built
+    collection (ansible-builder create; building the image is left out)."""
+    with tempfile.TemporaryDirectory(prefix="vllmops-docs-") as tmp:
+        dest = _collection_tree(Path(tmp))
+        Path(tmp, "ansible.cfg").write_text("[defaults]\n")  # not this checkout's collections path
+        env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_CONFIG=f"{tmp}/ansible.cfg")
+        context = Path(tmp, "ee-context")
+        rc = (sh([tool("antsibull-docs"), "lint-collection-docs", "--plugin-docs", "."], cwd=dest, env=env)
+              or sh([tool("antsibull-changelog"), "lint"], cwd=dest, env=env)
+              or sh([tool("antsibull-changelog"), "lint-changelog-yaml", "changelogs/changelog.yaml"], cwd=dest, env=env)
+              or sh([tool("antsibull-changelog"), "generate"], cwd=dest, env=env))
+        if rc:
+            return rc
+        if sh(["git", "diff", "--no-index", "--stat", str(ROOT / "CHANGELOG.md"), "CHANGELOG.md"], cwd=dest):
+            print("FAILED: CHANGELOG.md is not what `antsibull-changelog generate` makes of changelogs/", flush=True)
+            return 1
+        rc = (sh([tool("ansible-galaxy"), "collection", "build", "--output-path", "build"], cwd=dest, env=env)
+              or sh([tool("ansible-builder"), "create", "-f", "execution-environment.yml", "-c", str(context),
+                     "--output-filename", "Dockerfile"], cwd=dest, env=env))
+        if rc:
+            return rc
+        if not any((context / "_build/collections").glob("vllmops-cluster-*.tar.gz")):
+            print("FAILED: the execution environment's build context lacks the collection tarball", flush=True)
+            return 1
+        return 0
+
+
 def gate_oldest() -> int:
     """The fast gates again on the oldest supported ansible-core (its own
     venv, requirements-oldest.txt): ansible-lint, unit tests, sanity, the
@@ -139,6 +185,9 @@ def gate_oldest() -> int:
 
 
 def gate_molecule() -> int:
+    """Every scenario under molecule/, each on the base config that molecule
+    finds from the repository root (.config/molecule/config.yml). The ray
+    scenario's verify step is pytest (molecule/ray/tests), found on PATH."""
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}")
     return sh([tool("molecule"), "test", "--all"], env=env)
 
@@ -180,6 +229,7 @@ GATES = {
     "integration": gate_integration,
     "sanity": gate_sanity,
     "package": gate_package,
+    "docs": gate_docs,
     "oldest": gate_oldest,
     "molecule": gate_molecule,
     "sandbox": gate_sandbox,
