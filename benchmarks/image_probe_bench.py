@@ -27,7 +27,8 @@ sys.path.insert(0, str(ROOT / "collections"))
 sys.path.insert(0, str(ROOT / "tests/sandbox"))
 
 import probe_images  # noqa: E402
-from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe import Docker, probe_image  # noqa: E402
+from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerClient  # noqa: E402
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.probe import probe_image  # noqa: E402
 
 
 def run(argv, binary=False):
@@ -49,7 +50,7 @@ def main() -> int:
     args = parser.parse_args()
     images = probe_images.build_all()
     small, big = images["vllm-0.16.0"], images["big"]
-    docker = Docker(run)
+    docker = DockerClient()
     version_file = "/usr/local/lib/python3.11/dist-packages/vllm/_version.py"
     samples = {"cold-small": [], "cold-big": [], "docker-cat": [], "cached": []}
     with tempfile.TemporaryDirectory() as cache:
