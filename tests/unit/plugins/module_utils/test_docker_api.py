@@ -213,7 +213,12 @@ def test_a_container_that_cannot_start_is_removed_and_the_reason_kept(engine, cl
 
 def test_removing_a_container_that_is_gone_is_fine(engine, client):
     engine.route("DELETE", "/containers/gone", lambda req: req.json(404, {"message": "No such container: gone"}))
-    client.container_remove("gone")
+    engine.route("DELETE", "/containers/busy", lambda req: req.json(500, {"message": "removal of busy is in progress"}))
+    assert client.container_remove("gone") is None
+    method, path, query, _body = engine.requests[-1]
+    assert (method, path, query.get("force")) == ("DELETE", "/containers/gone", "1")
+    with pytest.raises(DockerError, match="removal of busy is in progress"):
+        client.container_remove("busy")
 
 
 def test_archive_of_a_path_and_of_a_missing_path(engine, client):
