@@ -128,7 +128,7 @@ def _ports(nodes: dict, ports: list[int]) -> list[str]:
         held = sorted({_listener_label(item) for item in listeners if int(item.get("port", -1)) in wanted})
         if held:
             problems.append(f"Something else listens on {host} on a port the cluster needs (held: {', '.join(held)}): "
-                            "stop it, or move vllm_serve_port / ray_cluster_port.")
+                            "stop it, or move vllm_serve_port / vllmops_ray_port / vllmops_master_port.")
     return problems
 
 

@@ -78,7 +78,7 @@ def describe(summary, deadline):
     text = (f"after {deadline} s the Ray cluster has {summary['alive_nodes']} alive node(s) and "
             f"{summary['gpus']:g} GPU(s), expected {len(summary['present']) + len(summary['missing']) + len(summary['short_of_gpus'])} "
             f"node(s) and {summary['expected_gpus']:g} GPU(s): " + "; ".join(parts) + ". ")
-    text += ("Check the missing node's unit: `systemctl status vllmops-ray-worker` and "
-             "`journalctl -u vllmops-ray-worker` there (its --address must be the head's cluster address, "
-             "and ports 6379 and the Ray node ports must be open between the nodes).")
+    text += ("Check the missing node's Ray worker unit (`systemctl status` and `journalctl -u` on that node; "
+             "`ansible-playbook playbooks/status.yml` names it): its --address must be the head's cluster address, "
+             "and the GCS port and the Ray node ports must be open between the nodes.")
     return text

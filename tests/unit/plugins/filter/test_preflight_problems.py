@@ -47,7 +47,7 @@ CASES = [
                  id="PP that does not divide the GPUs"),
     pytest.param({"n1": node(listeners=[SSHD, SQUATTER]), "n2": node()}, {},
                  ["Something else listens on n1 on a port the cluster needs (held: 8000 by python3 (pid 4242)): stop "
-                  "it, or move vllm_serve_port / ray_cluster_port."],
+                  "it, or move vllm_serve_port / vllmops_ray_port / vllmops_master_port."],
                  id="another process on vLLM's port"),
     pytest.param({"n1": node(listeners=[SQUATTER], own=True)}, {}, [],
                  id="our own containers hold the port: a re-run"),
