@@ -1,0 +1,55 @@
+# Copyright: vllmops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A short-lived listener that proves the workers reach the head, port by port.
+
+Before Ray or vLLM listen, the head binds each cluster port and accepts (and
+closes at once) the workers' test connections; it returns as soon as every
+port was reached the expected number of times, so the ports are free again
+for the service that starts next. A port already in use (our own Ray on a
+re-run, or a listener of a moment ago) answers for itself; binding it is
+retried, so a port freed while the workers check is taken over at once.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import time
+
+
+def listen_until_reached(address, ports, connections, timeout_s, poll_s=0.2):
+    """Listen on address:port for each port until each has accepted `connections`
+    connections or timeout_s passed. Returns {"accepted": {port: n}, "never_bound": [port...],
+    "complete": bool}; a port never bound was busy the whole time (something else answered)."""
+    deadline = time.monotonic() + timeout_s
+    pending = set(ports)
+    bound = {}
+    accepted = {port: 0 for port in ports}
+    try:
+        while True:
+            for port in sorted(pending):
+                sock = socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    sock.bind((address, port))
+                    sock.listen(16)
+                except OSError:
+                    sock.close()
+                    continue
+                bound[sock] = port
+                pending.discard(port)
+            if bound:
+                ready, _, _ = select.select(list(bound), [], [], poll_s)
+            else:
+                ready = []
+                time.sleep(poll_s)
+            for sock in ready:
+                conn, _peer = sock.accept()
+                conn.close()
+                accepted[bound[sock]] += 1
+            complete = not pending and all(accepted[port] >= connections for port in bound.values())
+            if connections == 0 or complete or time.monotonic() >= deadline:
+                return {"accepted": accepted, "never_bound": sorted(pending), "complete": complete or connections == 0}
+    finally:
+        for sock in bound:
+            sock.close()
