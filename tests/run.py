@@ -7,7 +7,8 @@ timed, all of them run even after a failure, then one closing line:
 Gates: the test harness (Docker Engine + node image), yamllint, ansible-lint
 (profile production), ruff, pytest (unit), pytest (integration: modules
 through Ansible against real images), ansible-test sanity on plugins/, the built
-collection installed and used, ansible-lint + unit + sanity + package again on
+collection installed and used, the docs (antsibull-docs, antsibull-changelog,
+ansible-builder create), ansible-lint + unit + sanity + package again on
 the oldest supported ansible-core (.venv-oldest), the molecule scenarios, and `make sandbox`
 run twice (the second run must change nothing). `--only NAME` (repeatable) runs a subset.
 """
@@ -82,15 +83,7 @@ def gate_sanity(bin_dir: Path = BIN) -> int:
         return 0
     _offline_get_pip(Path.home() / ".ansible/test/cache")
     with tempfile.TemporaryDirectory(prefix="vllmops-sanity-") as tmp:
-        dest = Path(tmp) / "ansible_collections/vllmops/cluster"
-        files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT,
-                               capture_output=True, text=True, check=True).stdout.split()
-        for rel in files:
-            src = ROOT / rel
-            if src.is_symlink() or not src.is_file():
-                continue  # the checkout's collections/ symlink points back here
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
+        dest = _collection_tree(Path(tmp))
         subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
         subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
         env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}")

@@ -36,7 +36,15 @@ options:
     type: int
     default: 0
   ports:
-    description: TCP ports the cluster's services listen on.
+    description: TCP ports the cluster's services listen on, on every node.
+    type: list
+    elements: int
+    default: []
+  head:
+    description: The head's inventory name, where O(head_ports) are checked too.
+    type: str
+  head_ports:
+    description: TCP ports the cluster's services listen on, on the head only.
     type: list
     elements: int
     default: []
@@ -54,7 +62,8 @@ EXAMPLES = r"""
   vars:
     problems: >-
       {{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'node_report')))
-         | vllmops.cluster.preflight_problems(tensor_parallel_size=2, ports=[8000, 6379], min_free_gb=40) }}
+         | vllmops.cluster.preflight_problems(tensor_parallel_size=2, ports=[6800, 6801], head='gpu1',
+                                              head_ports=[8000, 6379, 29501], min_free_gb=40) }}
     # ["spark-2 shows no GPU (gpu_probe: nvidia-smi was not found ...): ...", ...]
 """
 
@@ -114,10 +123,10 @@ def _listener_label(listener: dict) -> str:
     return f"{listener.get('port')} by {who}"
 
 
-def _ports(nodes: dict, ports: list[int]) -> list[str]:
-    wanted = {int(port) for port in ports}
+def _ports(nodes: dict, ports: list[int], head: str | None, head_ports: list[int]) -> list[str]:
     problems = []
     for host, node in nodes.items():
+        wanted = {int(port) for port in ports} | ({int(port) for port in head_ports} if host == head else set())
         listeners = node.get("listeners")
         if listeners is None:
             problems.append(f"The listening ports of {host} could not be read (community.general.listen_ports_facts "
@@ -128,7 +137,7 @@ def _ports(nodes: dict, ports: list[int]) -> list[str]:
         held = sorted({_listener_label(item) for item in listeners if int(item.get("port", -1)) in wanted})
         if held:
             problems.append(f"Something else listens on {host} on a port the cluster needs (held: {', '.join(held)}): "
-                            "stop it, or move vllm_serve_port / vllmops_ray_port / vllmops_master_port.")
+                            "stop it, or move the port (vllm_serve_port, vllmops_ray_*, vllmops_master_port).")
     return problems
 
 
@@ -157,12 +166,13 @@ def _disk(nodes: dict, min_free_gb: float) -> list[str]:
     return problems
 
 
-def preflight_problems(nodes, tensor_parallel_size=0, pipeline_parallel_size=0, ports=(), min_free_gb=40):
+def preflight_problems(nodes, tensor_parallel_size=0, pipeline_parallel_size=0, ports=(), min_free_gb=40,
+                       head=None, head_ports=()):
     nodes = {host: node or {} for host, node in (nodes or {}).items()}
     return (_architectures(nodes)
             + _gpus(nodes)
             + _parallel_sizes(nodes, int(tensor_parallel_size or 0), int(pipeline_parallel_size or 0))
-            + _ports(nodes, list(ports or []))
+            + _ports(nodes, list(ports or []), head, list(head_ports or []))
             + _disk(nodes, float(min_free_gb)))
 
 

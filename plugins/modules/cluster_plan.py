@@ -235,7 +235,7 @@ msg:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.vllmops.cluster.plugins.module_utils.plan import ADDRESS_SOURCE, PlanError, make_plan
+from ansible_collections.vllmops.cluster.plugins.module_utils.plan import ADDRESS_SOURCE, RAY_UNITS, PlanError, make_plan
 
 NODE_SPEC = dict(
     name=dict(type="str", required=True),
@@ -263,9 +263,8 @@ def main():
             master_port=dict(type="int", default=29501),
             api_port=dict(type="int", default=8000),
             ray_port=dict(type="int", default=6379),
-            ray_units=dict(type="dict", default={"head": "vllmops-ray-head", "worker": "vllmops-ray-worker"},
-                           options=dict(head=dict(type="str", default="vllmops-ray-head"),
-                                        worker=dict(type="str", default="vllmops-ray-worker"))),
+            ray_units=dict(type="dict", default=dict(RAY_UNITS),
+                           options={role: dict(type="str", default=name) for role, name in RAY_UNITS.items()}),
             address_source=dict(type="str", default=ADDRESS_SOURCE),
             model_path=dict(type="str", required=True),
             model_dir=dict(type="str", default="/srv/models"),

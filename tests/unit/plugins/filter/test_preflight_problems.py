@@ -17,7 +17,9 @@ def node(arch="aarch64", gpus=1, listeners=(), own=False, free_gb=500, diagnosis
 
 SSHD = {"port": 22, "name": "sshd", "pid": 810}
 SQUATTER = {"port": 8000, "name": "python3", "pid": 4242}
-SETTINGS = {"ports": [8000, 6379], "min_free_gb": 40}
+SETTINGS = {"ports": [6800, 6801], "head": "n1", "head_ports": [8000, 6379, 29501], "min_free_gb": 40}
+REDIS = {"port": 6379, "name": "redis-server", "pid": 77}
+RAYLET_SQUATTER = {"port": 6800, "name": "nginx", "pid": 91}
 
 CASES = [
     pytest.param({"n1": node(), "n2": node(listeners=[SSHD])}, {}, [], id="two healthy nodes: nothing to fix"),
@@ -47,8 +49,14 @@ CASES = [
                  id="PP that does not divide the GPUs"),
     pytest.param({"n1": node(listeners=[SSHD, SQUATTER]), "n2": node()}, {},
                  ["Something else listens on n1 on a port the cluster needs (held: 8000 by python3 (pid 4242)): stop "
-                  "it, or move vllm_serve_port / vllmops_ray_port / vllmops_master_port."],
+                  "it, or move the port (vllm_serve_port, vllmops_ray_*, vllmops_master_port)."],
                  id="another process on vLLM's port"),
+    pytest.param({"n1": node(), "n2": node(listeners=[SSHD, REDIS])}, {}, [],
+                 id="a worker may hold a port only the head listens on"),
+    pytest.param({"n1": node(), "n2": node(listeners=[RAYLET_SQUATTER])}, {},
+                 ["Something else listens on n2 on a port the cluster needs (held: 6800 by nginx (pid 91)): stop "
+                  "it, or move the port (vllm_serve_port, vllmops_ray_*, vllmops_master_port)."],
+                 id="a port every node needs, held on a worker"),
     pytest.param({"n1": node(listeners=[SQUATTER], own=True)}, {}, [],
                  id="our own containers hold the port: a re-run"),
     pytest.param({"n1": node(listeners=None)}, {},
