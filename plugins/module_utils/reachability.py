@@ -39,7 +39,7 @@ def listen_until_reached(address, ports, connections, timeout_s, poll_s=0.2):
                 bound[sock] = port
                 pending.discard(port)
             if bound:
-                ready, _, _ = select.select(list(bound), [], [], poll_s)
+                ready = select.select(list(bound), [], [], poll_s)[0]
             else:
                 ready = []
                 time.sleep(poll_s)

@@ -13,7 +13,7 @@ description:
     been reached O(connections) times, or O(timeout) seconds passed; then releases the ports.
   - A port that is already in use answers for itself (for example the running Ray on a re-run); binding it is retried,
     so a port freed meanwhile is taken over at once.
-  - Meant to run with C(async) and C(poll: 0) on the head while the workers run M(ansible.builtin.wait_for) against
+  - Meant to run with C(async) and C(poll=0) on the head while the workers run M(ansible.builtin.wait_for) against
     it; the nccl role does exactly that before Ray or vLLM listen.
 options:
   address:
