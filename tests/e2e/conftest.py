@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -20,6 +19,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests/sandbox"))
+from health_poller import HealthPoller  # noqa: E402
+
 INVENTORY = ROOT / "inventories" / "sandbox"
 BIN = Path(sys.executable).parent
 
@@ -118,29 +120,9 @@ class Sandbox:
         return proc
 
 
-class Poller:
-    """/health polled from this machine every 0.2 s while a block runs."""
-
-    def __init__(self, sandbox: Sandbox) -> None:
-        self.sandbox, self.ok, self.failed = sandbox, 0, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if self.sandbox.healthy(timeout=2):
-                self.ok += 1
-            else:
-                self.failed += 1
-            time.sleep(0.2)
-
-    def __enter__(self) -> Poller:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+def Poller(sandbox: Sandbox) -> HealthPoller:
+    """/health asked from this machine every 0.2 s while a block runs."""
+    return HealthPoller(lambda: sandbox.healthy(timeout=2))
 
 
 @pytest.fixture(scope="session")

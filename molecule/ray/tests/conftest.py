@@ -16,7 +16,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -26,6 +25,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(ROOT / "tests/sandbox"))
+from health_poller import HealthPoller  # noqa: E402
+
 SCENARIO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 HEAD, WORKER, NODE3 = (f"vllmops-molecule-ray-node{n}" for n in (1, 2, 3))
@@ -179,29 +181,9 @@ class Run:
         return found
 
 
-class Poller:
+def Poller(cluster: Cluster) -> HealthPoller:
     """/health asked from this machine every 0.2 s while a block runs."""
-
-    def __init__(self, cluster: Cluster) -> None:
-        self.cluster, self.ok, self.failed = cluster, 0, 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if self.cluster.healthy():
-                self.ok += 1
-            else:
-                self.failed += 1
-            time.sleep(0.2)
-
-    def __enter__(self) -> Poller:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
+    return HealthPoller(cluster.healthy)
 
 
 @pytest.fixture(scope="session")
