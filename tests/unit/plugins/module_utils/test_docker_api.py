@@ -3,9 +3,7 @@ what it makes of the answers (not found, the engine's messages, streams, chunked
 
 import io
 import json
-import os
 import tarfile
-import tempfile
 import threading
 
 import pytest
@@ -15,14 +13,7 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import 
     demultiplex,
     socket_path,
 )
-from fake_engine import FakeEngine, frame
-
-
-@pytest.fixture
-def engine():
-    # A short directory: a unix socket path must stay under 108 bytes.
-    with tempfile.TemporaryDirectory(prefix="vllmops-engine-") as tmp, FakeEngine(os.path.join(tmp, "docker.sock")) as fake:
-        yield fake
+from fake_engine import frame
 
 
 @pytest.fixture

@@ -7,12 +7,10 @@ import os
 import shutil
 import stat
 import tarfile
-import tempfile
 
 import pytest
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerClient
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_files import CreatedContainer, ImageFilesError, OverlayLayers
-from fake_engine import FakeEngine
 
 
 def write(root, path, text="x"):
@@ -139,14 +137,14 @@ ARCHIVES = {
 
 
 @pytest.fixture
-def engine():
-    with tempfile.TemporaryDirectory(prefix="vllmops-engine-") as tmp, FakeEngine(os.path.join(tmp, "docker.sock")) as fake:
-        fake.route("POST", "/containers/create", lambda req: req.json(201, {"Id": "c1"}))
-        fake.route("GET", "/containers/c1/archive",
-                   lambda req: req.raw(200, ARCHIVES[req.query["path"]], "application/x-tar")
-                   if req.query["path"] in ARCHIVES else req.json(404, {"message": "Could not find the file"}))
-        fake.route("DELETE", "/containers/c1", lambda req: req.raw(204, b""))
-        yield fake
+def engine(engine):
+    """The shared fake engine (conftest.py), with a created container that holds ARCHIVES."""
+    engine.route("POST", "/containers/create", lambda req: req.json(201, {"Id": "c1"}))
+    engine.route("GET", "/containers/c1/archive",
+                 lambda req: req.raw(200, ARCHIVES[req.query["path"]], "application/x-tar")
+                 if req.query["path"] in ARCHIVES else req.json(404, {"message": "Could not find the file"}))
+    engine.route("DELETE", "/containers/c1", lambda req: req.raw(204, b""))
+    return engine
 
 
 def test_a_created_container_is_never_started_and_is_removed(engine):

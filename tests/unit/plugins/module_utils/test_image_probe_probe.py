@@ -1,8 +1,6 @@
 """The probe: what it asks the engine, what it says when the image or the engine is missing, the cache, and
 what it reports for images without Python or without vLLM."""
 
-import os
-import tempfile
 
 import pytest
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerClient
@@ -13,17 +11,10 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.probe 
     probe_files,
     probe_image,
 )
-from fake_engine import FakeEngine
 from memory_files import MemoryFiles
 
 INSPECT = {"Id": "sha256:abc", "RepoTags": ["demo/serving:v1"], "Architecture": "amd64",
            "Config": {"Env": ["PATH=/usr/bin"]}, "GraphDriver": {"Name": "overlay2", "Data": {}}}
-
-
-@pytest.fixture
-def engine():
-    with tempfile.TemporaryDirectory(prefix="vllmops-engine-") as tmp, FakeEngine(os.path.join(tmp, "docker.sock")) as fake:
-        yield fake
 
 
 def test_an_image_the_engine_lacks_is_named_with_what_to_do(engine, tmp_path):

@@ -6,7 +6,6 @@ import json
 import os
 import socket
 import tarfile
-import tempfile
 import threading
 
 import pytest
@@ -19,7 +18,6 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer imp
     receive,
     serve,
 )
-from fake_engine import FakeEngine
 
 
 def make_archive(path, images=1, payload=b"layer-bytes" * 5000):
@@ -37,12 +35,6 @@ def make_archive(path, images=1, payload=b"layer-bytes" * 5000):
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
     return path
-
-
-@pytest.fixture
-def engine():
-    with tempfile.TemporaryDirectory(prefix="vllmops-engine-") as tmp, FakeEngine(os.path.join(tmp, "docker.sock")) as fake:
-        yield fake
 
 
 @pytest.fixture
