@@ -17,7 +17,7 @@ def lines(name):
     ("unsupported_architecture.log", True, "unsupported_architecture", "Qwen3_5MoeForConditionalGeneration"),
     ("gpu_unavailable.log", True, "gpu_unavailable", "Failed to infer device type"),
     ("oom_cuda.log", True, "oom", "CUDA out of memory"),
-    ("oom_kv_cache.log", True, "oom", "No available memory for the cache blocks"),
+    ("kv_cache_too_small.log", True, "kv_cache_too_small", "No available memory for the cache blocks"),
     ("oom_killed.log", True, "oom", "Killed process 99231"),
     ("nccl_timeout.log", True, "nccl_failure", "Watchdog caught collective operation timeout"),
     ("gloo_mesh.log", True, "nccl_failure", "connectFullMesh"),
