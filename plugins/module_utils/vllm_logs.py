@@ -87,6 +87,7 @@ SIGNATURES = [
     ("model_unauthorized", r"GatedRepoError|Cannot access gated repo|You are trying to access a gated repo|"
                            r"Access to model \S+ is restricted|is gated\. You must be authenticated|"
                            r"403 Client Error|Invalid credentials in Authorization header|"
+                           r"401 Client Error: Unauthorized for url: https://huggingface\.co|"
                            r"not in the authorized list"),
     ("model_not_found", r"Can't load the configuration of|does not appear to have a file named config\.json|"
                         r"(No such file or directory|FileNotFoundError).*(config\.json|/models?/)|"
@@ -104,7 +105,8 @@ SIGNATURES = [
                            r"larger than the available KV cache memory"),
     ("gpu_unavailable", r"No CUDA GPUs are available|Failed to infer device type|CUDA driver initialization failed|"
                         r"RuntimeError: Found no NVIDIA driver|torch\.cuda\.is_available\(\) (is|returned) False|"
-                        r"cudaErrorNoDevice|no CUDA-capable device is detected"),
+                        r"cudaErrorNoDevice|no CUDA-capable device is detected|"
+                        r"No platform detected, vLLM is running on UnspecifiedPlatform"),
     ("container_toolkit", r"could not select device driver|unresolvable CDI devices|CDI device injection failed|"
                           r"nvidia-container-cli: .*error|Failed to initialize NVML: Unknown Error|"
                           r"unknown or invalid runtime name: nvidia|libnvidia-ml\.so\.1: cannot open shared object"),
@@ -121,13 +123,15 @@ SIGNATURES = [
                            r"TCPStore.*(timed out|Timed out)"),
     ("ray_placement", r"No available node types can fulfill resource request|"
                       r"The number of required GPUs exceeds the total number of available GPUs|"
-                      r"Waiting for creating a placement group|placement group.*(infeasible|timed out)"),
+                      r"Waiting for creating a placement group|placement group.*(infeasible|timed out)|"
+                      r"Tensor parallel size \(\d+\) cannot be larger than the number of available GPUs"),
     ("ray_gcs", r"Failed to connect to GCS|Failed to get cluster ID from GCS|Failed to start GCS|GCS may have been killed|"
                 r"has been marked dead because the detector has missed too many heartbeats|"
                 r"(Failed|Unable) to register (worker|the node|node)|Could not connect to the head node"),
     ("engine_dead", r"EngineDeadError|EngineCore encountered a fatal error|Engine core proc \S+ died unexpectedly|"
                     r"Engine core initialization failed|Worker proc \S+ died unexpectedly|Worker failed with error|"
-                    r"Got fatal signal from worker processes|Scheduler hit an exception"),
+                    r"Got fatal signal from worker processes|Scheduler hit an exception|EngineCore failed to start|"
+                    r"WorkerProc (failed to start|hit an exception)"),
 ]
 _COMPILED = [(cls, re.compile(pattern)) for cls, pattern in SIGNATURES]
 # Lines that look like a signature but are something else: a CUDA kernel fault reported by NCCL's watchdog thread.
@@ -204,6 +208,9 @@ def classify(lines, exited=None):
     if healthy and not errors and not exited:
         started = [line for line in cleaned if STARTED.search(line)]
         return "none", (started or [cleaned[healthy[-1]]])[-1:], ""
+    if not healthy and not errors and not exited:
+        # Neither up nor failed, and not known to have ended: start-up stopped here (a rank waiting for its peer...).
+        return "hang", [line for line in cleaned if line.strip()][-3:], HANG_HINT
     tail = [cleaned[i] for i in errors] or [line for line in cleaned if line.strip()]
     return "unknown", tail[-5:], UNKNOWN_HINT
 
