@@ -14,10 +14,11 @@ description:
   - Fails fast, without waiting out the deadline, when the systemd O(unit) stopped or systemd is restarting it
     (the process exited), and when its log makes no progress for O(hang_window) seconds before the server
     answers (a hang, for example NCCL init across nodes that cannot reach each other).
-  - On failure reads the unit's log since O(since) and classifies it - C(unknown_flag), C(unsupported_architecture),
-    C(gpu_unavailable), C(oom), C(nccl_failure), C(ray_placement), C(port_in_use), C(model_not_found), C(hang)
-    or C(unknown) - with the matching log lines as evidence and the fix to try.
-  - With O(log_file) it only classifies a saved log (C(none) for a healthy start-up), waiting for nothing.
+  - On failure reads the unit's log since O(since) and classifies it (RV(failure_class) lists the classes), with the
+    matching log lines as evidence and the fix to try. The cause wins over its consequences (an OOM over the engine
+    it killed); otherwise the first fatal error in the log wins.
+  - With O(log_file) it only classifies a saved log, waiting for nothing - C(none) only for a log that shows a
+    healthy start-up with no error after it, C(hang) for one that stops before the server is up without an error.
 options:
   url:
     description: Base URL of the server, for example C(http://127.0.0.1:8000).
@@ -85,7 +86,20 @@ ready:
   returned: always
   type: bool
 failure_class:
-  description: C(none) when healthy, else the cause class.
+  description:
+    - C(none) when healthy, else the cause.
+    - C(unknown_flag) a flag this vLLM does not take; C(removed_option) an option passed from Python that it no longer
+      has (C(unexpected keyword argument)).
+    - C(model_not_found) no such model path, hub repo or revision; C(model_unauthorized) the hub refuses it (gated,
+      private, bad token); C(worker_model_missing) the model is missing on a Ray worker node.
+    - C(unsupported_architecture) the image's vLLM does not know the model's architecture.
+    - C(oom) out of GPU or host memory; C(kv_cache_too_small) the KV cache cannot hold one sequence of max_model_len.
+    - C(gpu_unavailable) no GPU in the container; C(container_toolkit) the container runtime cannot hand the GPU over
+      (device driver, CDI, hook); C(gpu_driver) the NVIDIA driver is mismatched or too old.
+    - C(nccl_failure) NCCL/Gloo cannot talk between the nodes; C(rendezvous_timeout) a rank never joined.
+    - C(ray_placement) Ray lacks the GPUs TP x PP needs; C(ray_gcs) a node cannot reach Ray's GCS or was lost.
+    - C(port_in_use) the port is taken; C(engine_dead) vLLM's engine died of a cause not recognised.
+    - C(hang) start-up stopped making progress; C(unknown) an error not recognised (its last lines are the evidence).
   returned: always
   type: str
 evidence:

@@ -6,6 +6,7 @@ import pytest
 from conftest import run_module
 
 LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_logs"
+CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "log_corpus"
 
 
 @pytest.mark.parametrize(("log", "failure_class", "evidence", "hint"), [
@@ -14,9 +15,13 @@ LOGS = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_logs"
     ("oom_cuda.log", "oom", "torch.OutOfMemoryError: CUDA out of memory", "gpu_memory_utilization"),
     ("nccl_timeout.log", "nccl_failure", "Watchdog caught collective operation timeout", "cluster.env"),
     ("healthy.log", "none", "Application startup complete.", ""),
+    # real logs: posted in a public thread, and written by real vLLM in the sandbox
+    (CORPUS / "gated-llm2vec-130.log", "model_unauthorized", "Cannot access gated repo", "HF_TOKEN"),
+    (CORPUS / "sandbox-removed_option_python.log", "removed_option", "unexpected keyword argument 'num_scheduler_steps'",
+     "Python"),
 ])
 def test_a_saved_log_is_diagnosed(log, failure_class, evidence, hint):
-    rc, result = run_module("vllm_ready", {"log_file": str(LOGS / log)})
+    rc, result = run_module("vllm_ready", {"log_file": str(LOGS / log)})  # LOGS / an absolute path is that path
     assert rc == 0, result
     assert (result["failure_class"], result["ready"]) == (failure_class, failure_class == "none")
     # the operator is shown the line of the log that decided, and what to change

@@ -7,7 +7,7 @@
 Writes tests/fixtures/log_corpus/sandbox-<case>.log (stdout and stderr as one stream, in order, as
 `docker logs` of a unit shows them) and prints each case's wall time. Not run by CI: the logs are
 committed, and their classes are set by hand in tests/fixtures/log_corpus/index.yml. All cases take
-about 8 minutes on 2 cores (each start imports vLLM, 10-25 s; the two "rank never joins" cases wait
+about 5 minutes on 2 cores (295 s measured; each start imports vLLM, 8-28 s; the two "rank never joins" cases wait
 for the rendezvous). Containers are named vllmops-corpus-<case> and removed afterwards.
 """
 

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import yaml
 from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_logs import FAILURE_CLASSES, classify, clean
 
 LOGS = Path(__file__).resolve().parents[3] / "fixtures" / "vllm_logs"
@@ -62,3 +63,36 @@ def test_prefixes_and_colours_are_removed():
 def test_every_class_is_known():
     for log in LOGS.iterdir():
         assert classify(lines(log.name), exited=True)[0] in FAILURE_CLASSES
+
+
+def test_vllm_ready_documents_every_class():
+    source = (Path(__file__).resolve().parents[4] / "plugins" / "modules" / "vllm_ready.py").read_text()
+    returned = yaml.safe_load(source.split('RETURN = r"""', 1)[1].split('"""', 1)[0])
+    documented = " ".join(returned["failure_class"]["description"])
+    assert [cls for cls in FAILURE_CLASSES if f"C({cls})" not in documented] == []
+
+
+def test_a_log_that_stops_before_the_server_is_up_without_an_error_is_a_hang_not_healthy():
+    log = ["INFO starting", "(Worker pid=35) INFO [parallel_state.py:1906] world_size=2 rank=0 backend=gloo"]
+    assert classify(log, exited=None)[0] == "hang"
+    assert classify(log, exited=True)[0] == "unknown"
+
+
+def test_the_cause_wins_over_the_dead_engine_it_leaves():
+    log = ["ERROR [core.py:330] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.16 GiB.",
+           "CRITICAL [core_client.py:260] Got fatal signal from worker processes, shutting down."]
+    assert classify(log, exited=True)[0] == "oom"
+    assert classify(log[1:], exited=True)[0] == "engine_dead"
+
+
+def test_an_error_before_the_last_healthy_start_belongs_to_an_earlier_run():
+    log = ["OSError: [Errno 98] Address already in use", "INFO:     Application startup complete."]
+    assert classify(log, exited=False)[0] == "none"
+    assert classify([*log, "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue."],
+                    exited=False)[0] == "engine_dead"
+
+
+def test_a_model_missing_on_a_ray_worker_is_the_workers():
+    line = "Can't load the configuration of '/models/m'. Make sure '/models/m' is the correct path"
+    assert classify([line], exited=True)[0] == "model_not_found"
+    assert classify([f"(RayWorkerWrapper pid=344, ip=10.2.30.130) ERROR {line}"], exited=True)[0] == "worker_model_missing"
