@@ -117,7 +117,8 @@ def test_vllms_own_listeners_are_dropped_for_the_outsider(sandbox, outsider, nod
     """What real vLLM listens on in the Ray-free mode: the rendezvous (torch's store) on 29501
     and its ZMQ/NCCL/Gloo sockets on ports from the ephemeral range."""
     low, high = nodes["ephemeral"]
-    listening = {int(m) for m in re.findall(r"\S+:(\d+)\s", sandbox.on(sandbox.head, "ss", "-ltnH"))}
+    local = [line.split()[3] for line in sandbox.on(sandbox.head, "ss", "-ltnH").splitlines()]
+    listening = {int(a.rsplit(":", 1)[1]) for a in local if not a.startswith(("127.", "[::1]"))}
     ephemeral = sorted(p for p in listening if low <= p <= high)
     assert 29501 in listening and ephemeral, f"vLLM listens on {sorted(listening)}"
     ports = [29501, *ephemeral[:4]]
