@@ -18,8 +18,8 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-PortRange = tuple[int, int]
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+# Annotations only (never evaluated at run time, `from __future__ import annotations`):
+# a port range is (low, high), inclusive; a network an ipaddress.IPv4Network or IPv6Network.
 
 _DIGEST_RE = re.compile(r'comment "vllmops\.cluster firewall sha256:([0-9a-f]+)"')
 
@@ -33,15 +33,15 @@ class Policy:
     """Members reach every filtered port; API sources reach the API ports; nobody else reaches either."""
 
     table: str
-    members: tuple[Network, ...]
-    api_sources: tuple[Network, ...]
-    filtered_ports: tuple[PortRange, ...]
-    api_ports: tuple[PortRange, ...]
+    members: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    api_sources: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    filtered_ports: tuple[tuple[int, int], ...]
+    api_ports: tuple[tuple[int, int], ...]
 
 
 # --- ports ---------------------------------------------------------------------------
 
-def parse_ports(value, what: str) -> PortRange:
+def parse_ports(value, what: str) -> tuple[int, int]:
     """One port (8000, "8000") or an inclusive range ("10002-10999", "32768 60999" as
     /proc/sys/net/ipv4/ip_local_port_range holds it, "10002:10999")."""
     text = str(value).strip()
@@ -57,7 +57,7 @@ def parse_ports(value, what: str) -> PortRange:
     return numbers[0], numbers[1]
 
 
-def merge_ranges(ranges) -> list[PortRange]:
+def merge_ranges(ranges) -> list[tuple[int, int]]:
     """Sorted, with overlapping and adjacent ranges joined (nftables refuses overlapping set elements)."""
     merged: list[list[int]] = []
     for low, high in sorted(ranges):
@@ -65,10 +65,10 @@ def merge_ranges(ranges) -> list[PortRange]:
             merged[-1][1] = max(merged[-1][1], high)
         else:
             merged.append([low, high])
-    return [(low, high) for low, high in merged]
+    return [tuple(pair) for pair in merged]
 
 
-def subtract_ports(ranges, ports) -> list[PortRange]:
+def subtract_ports(ranges, ports) -> list[tuple[int, int]]:
     """The ranges without the given single ports (each range split around them)."""
     result = list(ranges)
     for port in ports:
@@ -88,7 +88,7 @@ def in_ranges(port: int, ranges) -> bool:
 
 # --- addresses -----------------------------------------------------------------------
 
-def parse_networks(values, what: str) -> tuple[Network, ...]:
+def parse_networks(values, what: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
     """Addresses and CIDRs, normalised, without duplicates (IPv4 first)."""
     networks = []
     for value in values:
@@ -148,11 +148,11 @@ def verdict(policy: Policy, source: str, port: int) -> str:
 
 # --- nftables ------------------------------------------------------------------------
 
-def _network_text(network: Network) -> str:
+def _network_text(network: ipaddress.IPv4Network | ipaddress.IPv6Network) -> str:
     return str(network.network_address) if network.num_addresses == 1 else str(network)
 
 
-def _port_text(port_range: PortRange) -> str:
+def _port_text(port_range: tuple[int, int]) -> str:
     low, high = port_range
     return str(low) if low == high else f"{low}-{high}"
 
