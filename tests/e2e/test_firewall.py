@@ -34,7 +34,8 @@ for port in sys.argv[1:]:
     s.bind(('0.0.0.0', int(port)))
     s.listen(64)
     socks.append(s)
-open('/run/vllmops-test-listener.pid', 'w').write(str(os.getpid()))
+with open('/run/vllmops-test-listener.pid', 'w') as pid_file:
+    pid_file.write(str(os.getpid()))
 while True:
     for s in select.select(socks, [], [], 5)[0]:
         s.accept()[0].close()
