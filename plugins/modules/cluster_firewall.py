@@ -90,7 +90,7 @@ attributes:
     support: full
     description: Loads nothing when the file and the loaded table already hold the ruleset.
 requirements:
-  - nftables (C(nft)) on the node, and a kernel with nf_tables
+  - nftables 0.9.7 or newer (C(nft)) on the node, and a kernel with nf_tables, 5.10 or newer (table comments)
 author:
   - vllmops.cluster developers (@vllmops)
 """
