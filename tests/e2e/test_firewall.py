@@ -129,9 +129,11 @@ def test_vllms_own_listeners_are_dropped_for_the_outsider(sandbox, outsider, nod
 
 def test_the_api_is_open_to_the_allowed_cidr_only(sandbox, outsider, nodes):
     head = nodes[sandbox.head]
-    # the outsider's management address (10.87.0.0/24) is an allowed client
+    # the outsider's management address (10.87.0.0/24) is an allowed client: the API answers it
+    # (any HTTP status is an answer: behind a proxy that wants a key, 401)
     status, body = outsider.http(f"http://{head['mgmt']}:8000/v1/models")
-    assert status == 200 and "tiny-sandbox" in body
+    assert status != 0, body
+    assert status != 200 or "tiny-sandbox" in body
     # its cluster address is not (nor a member): the same API is dropped there
     assert outsider.connect(head["cluster"], 8000, timeout=3) == "timeout"
     assert sandbox.healthy()  # the controller, on the allowed network
