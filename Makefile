@@ -5,6 +5,10 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 SANDBOX_PREFIX ?= vllmops-sandbox
 SANDBOX_NODES ?= 2
+# The management network (SSH; this machine is its gateway) has a subnet of
+# its own, so that the API can be opened to it (vllmops_api_allowed_cidrs)
+# while the firewall keeps every other cluster port for the nodes.
+SANDBOX_MGMT_CIDR ?= 10.87.0.0/24
 
 .PHONY: venv venv-oldest test sandbox sandbox-down build clean
 
@@ -34,10 +38,11 @@ test: venv
 
 sandbox: venv
 	$(PY) tests/sandbox/nodes.py up --prefix $(SANDBOX_PREFIX) --count $(SANDBOX_NODES) \
-	  --network $(SANDBOX_PREFIX)-mgmt --network $(SANDBOX_PREFIX)-cluster=10.88.0.0/24 \
+	  --network $(SANDBOX_PREFIX)-mgmt=$(SANDBOX_MGMT_CIDR) --network $(SANDBOX_PREFIX)-cluster=10.88.0.0/24 \
 	  --gpus gb10:1 --gpus gb10:1 --copy "$$($(PY) tests/sandbox/gpu/toolkit_repo.py build):/srv/vllmops-nvidia-repo" \
 	  --copy "$$($(PY) tests/sandbox/serving/real_vllm.py model)/.:/srv/models/sandbox-tiny" \
-	  --inventory inventories/sandbox/hosts.yml --var image_archive=$$($(PY) tests/sandbox/serving/real_vllm.py archive) >/dev/null
+	  --inventory inventories/sandbox/hosts.yml --var image_archive=$$($(PY) tests/sandbox/serving/real_vllm.py archive) \
+	  --var 'vllmops_api_allowed_cidrs=["$(SANDBOX_MGMT_CIDR)"]' >/dev/null
 	ansible-playbook deploy.yml -i inventories/sandbox
 	$(PY) tests/sandbox/endpoint.py inventories/sandbox
 

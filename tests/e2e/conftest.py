@@ -21,6 +21,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests/sandbox"))
 from health_poller import HealthPoller  # noqa: E402
+from outsider import Outsider  # noqa: E402
 
 INVENTORY = ROOT / "inventories" / "sandbox"
 BIN = Path(sys.executable).parent
@@ -62,6 +63,11 @@ class Sandbox:
 
     def active(self, node: str, name: str) -> bool:
         return self.on(node, "systemctl", "is-active", name, check=False) == "active"
+
+    def networks(self, node: str) -> list[str]:
+        """The Docker networks the node container is on."""
+        return sorted(json.loads(subprocess.run(["docker", "inspect", "-f", "{{json .NetworkSettings.Networks}}", node],
+                                                capture_output=True, text=True, check=True).stdout))
 
     # --- the endpoint -----------------------------------------------------------
     def healthy(self, timeout: float = 3) -> bool:
@@ -132,6 +138,16 @@ def sandbox() -> Sandbox:
     box = Sandbox()
     assert box.healthy(), f"the sandbox endpoint {box.url} does not answer: run `make sandbox` first"
     return box
+
+
+@pytest.fixture(scope="session")
+def outsider(sandbox):
+    """A container on every network of the sandbox's nodes that is not in the inventory
+    (tests/sandbox/outsider.py), removed at the end (and by `make sandbox-down`)."""
+    prefix = sandbox.head.rsplit("-node", 1)[0]
+    box = Outsider(f"{prefix}-outsider").start(sandbox.networks(sandbox.head), label=prefix)
+    yield box
+    box.remove()
 
 
 @pytest.fixture()
