@@ -24,10 +24,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests/sandbox"))
+from api_client import ApiClient, secrets_dir  # noqa: E402
+
 ENV = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": f"{ROOT / '.venv/bin'}:{os.environ['PATH']}"}
 PING = "- name: One task\n  hosts: vllm_nodes\n  gather_facts: false\n  tasks:\n    - name: Ping\n      ansible.builtin.ping:\n"
 
@@ -56,8 +58,7 @@ def main() -> int:
     timed(["make", "sandbox-down"])
     fresh_s, out = timed(["make", "sandbox"])
     url = endpoint()
-    with urllib.request.urlopen(url + "/health", timeout=10) as resp:
-        assert resp.status == 200
+    assert ApiClient(url, cafile=secrets_dir(ROOT / "inventories/sandbox") / "api-ca.crt").healthy(timeout=10)
     print(f"fresh sandbox -> healthy endpoint {url}: {fresh_s:.1f} s", flush=True)
 
     noop, ping = [], []

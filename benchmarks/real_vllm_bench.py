@@ -28,13 +28,15 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 from datetime import datetime
 from pathlib import Path
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests/sandbox"))
+from api_client import ApiClient, secrets_dir  # noqa: E402
+
 ENV = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": f"{ROOT / '.venv/bin'}:{os.environ['PATH']}"}
 NODES = ("vllmops-sandbox-node1", "vllmops-sandbox-node2")
 BASE = yaml.safe_load((ROOT / "inventories/sandbox/group_vars/vllm_nodes/vllm_serve.yml").read_text())["vllm_serve_args"]
@@ -45,6 +47,8 @@ class Poller:
 
     def __init__(self, url: str) -> None:
         self.url, self.stop, self.failures, self.outages = url, threading.Event(), 0, []
+        # The proxy's https, checked against the CA the deployment published.
+        self.client = ApiClient(url, cafile=secrets_dir(ROOT / "inventories/sandbox") / "api-ca.crt")
         self.thread = threading.Thread(target=self.run, daemon=True)
 
     def run(self) -> None:
@@ -52,8 +56,7 @@ class Poller:
         while not self.stop.is_set():
             now = time.monotonic()
             try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
-                    ok = resp.status == 200
+                ok = self.client.healthy(timeout=2)
             except OSError:
                 ok = False
             if not ok:

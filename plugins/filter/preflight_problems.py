@@ -24,6 +24,8 @@ options:
       - C(listeners) (list of dict), the TCP listeners as M(community.general.listen_ports_facts) lists them
         (C(port), C(name), C(pid)), or null when they could not be listed.
       - C(own_containers) (bool), true when containers of this collection run on the host.
+      - C(own_processes) (list of str), names of processes of units of ours running on the host (C(nginx) of the
+        API proxy); ports they hold are a re-run, not a problem.
       - C(docker_root) (str), the directory measured for free space; C(df) (str), the output of C(df -Pk) for it.
     type: dict
     required: true
@@ -134,10 +136,13 @@ def _ports(nodes: dict, ports: list[int], head: str | None, head_ports: list[int
             continue
         if node.get("own_containers"):
             continue  # our services from an earlier run hold them; the roles replace them
-        held = sorted({_listener_label(item) for item in listeners if int(item.get("port", -1)) in wanted})
+        ours = set(node.get("own_processes") or [])
+        held = sorted({_listener_label(item) for item in listeners
+                       if int(item.get("port", -1)) in wanted and item.get("name") not in ours})
         if held:
             problems.append(f"Something else listens on {host} on a port the cluster needs (held: {', '.join(held)}): "
-                            "stop it, or move the port (vllm_serve_port, vllmops_ray_*, vllmops_master_port).")
+                            "stop it, or move the port (vllmops_api_port, vllm_serve_port, vllmops_ray_*, "
+                            "vllmops_master_port).")
     return problems
 
 

@@ -183,14 +183,19 @@ def _summary(plan):
              f"head {plan['head']} ({plan['head_address']})"]
     if plan["mode"] == "ray":
         parts.append(f"Ray on :{plan['ports']['ray']}")
-    parts.append(f"rank 0 serves http on :{plan['ports']['api']}")
+    ports = plan["ports"]
+    parts.append(f"rank 0 serves http on :{ports['vllm']}"
+                 + (f" behind the API proxy on :{ports['api']}" if ports["vllm"] != ports["api"] else ""))
     return f"{', '.join(parts)}; image {plan['image']} (vLLM {plan['vllm_version']})"
 
 
 def make_plan(nodes, image, backend="auto", tensor_parallel_size=0, pipeline_parallel_size=0, master_port=29501,
               api_port=8000, ray_port=6379, model_path="", model_dir="/srv/models", ray_units=None,
-              address_source=ADDRESS_SOURCE) -> dict:
-    """How the cluster runs, or PlanError saying why it cannot."""
+              address_source=ADDRESS_SOURCE, vllm_port=None) -> dict:
+    """How the cluster runs, or PlanError saying why it cannot.
+
+    api_port is where clients reach the API on the head; vllm_port where vLLM's
+    rank 0 listens (behind the API proxy), by default the same port (no proxy)."""
     head = _choose_head(nodes)
     _check_nodes(nodes, address_source)
     chosen, mode, reason = _choose_backend(backend, image, len(nodes))
@@ -209,7 +214,7 @@ def make_plan(nodes, image, backend="auto", tensor_parallel_size=0, pipeline_par
         "gpus": tp * pp,
         "tensor_parallel_size": tp,
         "pipeline_parallel_size": pp,
-        "ports": {"api": api_port, "master": master_port, "ray": ray_port},
+        "ports": {"api": api_port, "vllm": vllm_port or api_port, "master": master_port, "ray": ray_port},
         "image_id": image.get("id"),
         "image": image.get("name"),
         "vllm_version": image.get("vllm_version"),

@@ -87,9 +87,12 @@ options:
     type: int
     default: 29501
   api_port:
-    description: The port the head serves the OpenAI API on.
+    description: The port clients reach the API on, on the head (the API proxy's, or vLLM's own without a proxy).
     type: int
     default: 8000
+  vllm_port:
+    description: The port vLLM's rank 0 listens on, behind the API proxy; default O(api_port) (no proxy).
+    type: int
   ray_port:
     description: The Ray head's GCS port.
     type: int
@@ -153,7 +156,8 @@ EXAMPLES = r"""
     backend: "{{ vllmops_backend | default('auto') }}"
     tensor_parallel_size: "{{ vllm_serve_tensor_parallel_size }}"
     pipeline_parallel_size: "{{ vllm_serve_pipeline_parallel_size }}"
-    api_port: "{{ vllm_serve_port }}"
+    api_port: "{{ vllmops_api_port }}"
+    vllm_port: "{{ vllm_serve_port }}"
     model_path: "{{ vllm_serve_model_dir }}/{{ vllm_serve_model }}"
     model_dir: "{{ vllm_serve_model_dir }}"
   run_once: true
@@ -201,7 +205,7 @@ plan:
       description: Pipeline parallel size.
       type: int
     ports:
-      description: C(api), C(master) and C(ray) ports.
+      description: C(api) (clients), C(vllm) (vLLM's rank 0, behind the proxy), C(master) and C(ray) ports.
       type: dict
     image_id:
       description: The image ID.
@@ -262,6 +266,7 @@ def main():
             pipeline_parallel_size=dict(type="int", default=0),
             master_port=dict(type="int", default=29501),
             api_port=dict(type="int", default=8000),
+            vllm_port=dict(type="int"),
             ray_port=dict(type="int", default=6379),
             ray_units=dict(type="dict", default=dict(RAY_UNITS),
                            options={role: dict(type="str", default=name) for role, name in RAY_UNITS.items()}),

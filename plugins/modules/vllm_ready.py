@@ -28,8 +28,17 @@ options:
     description: The name C(/v1/models) must list; the completion asks for it.
     type: str
   api_key:
-    description: Bearer token for C(/v1/*).
+    description: The API key, sent as C(Authorization) C(Bearer KEY) on every request but C(/health).
     type: str
+  ca_path:
+    description:
+      - CA certificate (PEM) that signed an C(https) O(url)'s certificate, for example the API proxy's. Default the
+        system's trust store.
+    type: path
+  validate_certs:
+    description: Check an C(https) O(url)'s certificate and name. Leave it on; off only to diagnose.
+    type: bool
+    default: true
   unit:
     description: The systemd unit running the server; its state and journal are read.
     type: str
@@ -67,8 +76,10 @@ author:
 """
 
 EXAMPLES = r"""
-- name: Wait for vLLM after a restart
+- name: Wait for vLLM after a restart, through the API proxy as a client does
   vllmops.cluster.vllm_ready:
+    url: https://127.0.0.1:8000
+    ca_path: /etc/vllmops/api-proxy/ca.crt
     served_model_name: qwen3.5-122b
     api_key: "{{ vllm_serve_api_key }}"
     timeout: 900
@@ -143,15 +154,16 @@ def journal(module, unit, since):
 
 def answers(module, params):
     headers = {"Authorization": f"Bearer {params['api_key']}"} if params["api_key"] else {}
+    tls = {"ca_path": params["ca_path"], "validate_certs": params["validate_certs"]}
     try:
-        open_url(params["url"] + "/health", timeout=5).read()
-        models = json.loads(open_url(params["url"] + "/v1/models", headers=headers, timeout=10).read())
+        open_url(params["url"] + "/health", timeout=5, **tls).read()
+        models = json.loads(open_url(params["url"] + "/v1/models", headers=headers, timeout=10, **tls).read())
         names = [model.get("id") for model in models.get("data", [])]
         if params["served_model_name"] and params["served_model_name"] not in names:
             return False, f"/v1/models lists {names}, not {params['served_model_name']}"
         body = json.dumps({"model": params["served_model_name"] or names[0], "prompt": "Hello", "max_tokens": 4})
         done = json.loads(open_url(params["url"] + "/v1/completions", data=body, method="POST", timeout=120,
-                                   headers=dict(headers, **{"Content-Type": "application/json"})).read())
+                                   headers=dict(headers, **{"Content-Type": "application/json"}), **tls).read())
         return bool(done.get("choices")), "completion without choices"
     except Exception as err:  # any failure means: not ready yet
         return False, str(err)
@@ -163,6 +175,8 @@ def main():
             url=dict(type="str", default="http://127.0.0.1:8000"),
             served_model_name=dict(type="str"),
             api_key=dict(type="str", no_log=True),
+            ca_path=dict(type="path"),
+            validate_certs=dict(type="bool", default=True),
             unit=dict(type="str", default="vllmops-vllm"),
             since=dict(type="float"),
             timeout=dict(type="int", default=900),

@@ -12,7 +12,6 @@ import sys
 import tempfile
 import time
 import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests/sandbox"))
+from api_client import ApiClient  # noqa: E402
 from health_poller import HealthPoller  # noqa: E402
 from outsider import Outsider  # noqa: E402
 
@@ -32,7 +32,9 @@ class Sandbox:
         hosts = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"]["vllm_nodes"]["hosts"]
         self.nodes = list(hosts)
         self.head, self.worker = self.nodes[0], self.nodes[1]
-        self.url = f"http://{hosts[self.head]['ansible_host']}:8000"
+        # The API as a user reaches it: the proxy (https, the key and CA the deployment left on this machine).
+        self.client = ApiClient.for_inventory(INVENTORY, host=hosts[self.head]["ansible_host"])
+        self.url = self.client.url
         self.serve_vars = yaml.safe_load((INVENTORY / "group_vars" / "vllm_nodes" / "vllm_serve.yml").read_text())
 
     # --- the nodes --------------------------------------------------------------
@@ -71,19 +73,11 @@ class Sandbox:
 
     # --- the endpoint -----------------------------------------------------------
     def healthy(self, timeout: float = 3) -> bool:
-        try:
-            with urllib.request.urlopen(self.url + "/health", timeout=timeout) as resp:
-                return resp.status == 200
-        except (urllib.error.URLError, OSError):
-            return False
+        return self.client.healthy(timeout)
 
     def complete(self, prompt: str = "Hello", tokens: int = 8) -> dict:
-        body = json.dumps({"model": "tiny-sandbox", "prompt": prompt, "max_tokens": tokens,
-                           "temperature": 0}).encode()
-        req = urllib.request.Request(self.url + "/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=60) as resp:
-            return json.loads(resp.read())
+        return self.client.json("/v1/completions", {"model": "tiny-sandbox", "prompt": prompt, "max_tokens": tokens,
+                                                    "temperature": 0})
 
     def wait_serving(self, deadline_s: float) -> float:
         """Seconds until a completion succeeds again; fails past the deadline."""

@@ -22,10 +22,9 @@ def test_serves_a_real_completion_from_two_ranks(sandbox):
     done = sandbox.complete("The cluster", 8)
     assert done["usage"]["completion_tokens"] == 8
     assert done["system_fingerprint"].startswith("vllm-0.32.0-tp2")  # vLLM itself, TP 2
-    import urllib.request
-    with urllib.request.urlopen(sandbox.url + "/metrics", timeout=10) as resp:
-        series = {line.split("{")[0].split(" ")[0] for line in resp.read().decode().splitlines()
-                  if line.startswith(METRIC_PREFIX)}
+    status, text = sandbox.client.request("/metrics", timeout=10)  # through the proxy, with the key
+    assert status == 200, text[:300]
+    series = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line.startswith(METRIC_PREFIX)}
     assert "vllm:num_requests_running" in series and len(series) > 20
 
 

@@ -18,7 +18,8 @@ def test_one_node_runs_without_ray_or_multinode_flags(sandbox, tmp_path):
     group["hosts"] = {sandbox.head: group["hosts"][sandbox.head]}
     (single / "hosts.yml").write_text(yaml.safe_dump(hosts))
 
-    run = sandbox.deploy(inventory=single)
+    # The same cluster under another inventory directory: its secrets (the API key, the proxy's CA) stay the sandbox's.
+    run = sandbox.deploy(inventory=single, extra={"vllmops_cluster_name": INVENTORY.name})
     assert run.returncode == 0, run.stdout[-3000:]
     assert "mp single-node: 1 node" in run.stdout
     args = sandbox.container(sandbox.head)["args"]

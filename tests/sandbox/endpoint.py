@@ -1,60 +1,51 @@
 #!/usr/bin/env python3
-"""Print where the sandbox serves, and what it answers.
+"""Print where the sandbox serves, and what it answers, asked as a client.
 
     endpoint.py INVENTORY_DIR [PORT]
 
 The head is vllmops_head_host or the first node of the generated hosts.yml;
-its management address is reachable from this machine. Besides /health it
-asks /v1/models, one real completion and /metrics (vLLM's own series).
+its management address is reachable from this machine. The API is the proxy's
+(https, the certificate checked against the CA the deployment published, the
+key it generated; both in vllmops_secrets_dir). Besides /health it asks
+/v1/models, one real completion and /metrics (vLLM's own series, let through
+by the sandbox's api_proxy_metrics).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import urllib.error
-import urllib.request
 from pathlib import Path
 
-import yaml
+from api_client import API_PORT, ApiClient, head, secrets_dir
 
 
-def head(inventory: Path) -> tuple[str, str]:
-    data = yaml.safe_load((inventory / "hosts.yml").read_text())
-    group = data["all"]["children"]["vllm_nodes"]
-    name = group.get("vars", {}).get("vllmops_head_host") or next(iter(group["hosts"]))
-    return name, group["hosts"][name]["ansible_host"]
-
-
-def _get(url: str, data: dict | None = None) -> tuple[int, str]:
-    body = json.dumps(data).encode() if data is not None else None
-    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        return resp.status, resp.read().decode()
-
-
-def describe(url: str) -> str:
+def describe(client: ApiClient) -> str:
     try:
-        status, _ = _get(url + "/health")
+        status, _ = client.request("/health", key=None)
     except (urllib.error.URLError, OSError) as err:
-        return f"NOT answering ({getattr(err, 'reason', err)}): see `journalctl -u vllmops-vllm` on the head"
+        return (f"NOT answering ({getattr(err, 'reason', err)}): see `journalctl -u vllmops-api-proxy -u vllmops-vllm` "
+                "on the head")
     parts = [f"healthy (/health {status})"]
     try:
-        model = json.loads(_get(url + "/v1/models")[1])["data"][0]["id"]
-        done = json.loads(_get(url + "/v1/completions", {"model": model, "prompt": "Hello", "max_tokens": 8})[1])
+        model = client.json("/v1/models")["data"][0]["id"]
+        done = client.json("/v1/completions", {"model": model, "prompt": "Hello", "max_tokens": 8})
         parts.append(f"{model} completed {done['choices'][0]['text']!r} ({done['usage']['completion_tokens']} tokens)")
-        series = {line.split("{")[0].split(" ")[0] for line in _get(url + "/metrics")[1].splitlines()
-                  if line.startswith("vllm:")}
-        parts.append(f"/metrics: {len(series)} vllm: series")
+        status, text = client.request("/metrics")
+        series = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line.startswith("vllm:")}
+        parts.append(f"/metrics: {len(series)} vllm: series" if status == 200 else f"/metrics: HTTP {status}")
     except (urllib.error.URLError, OSError, KeyError, IndexError, ValueError) as err:
         parts.append(f"but a completion failed: {err}")
     return "; ".join(parts)
 
 
 def main(argv: list[str]) -> int:
-    name, address = head(Path(argv[0]))
-    url = f"http://{address}:{argv[1] if len(argv) > 1 else 8000}"
-    print(f"sandbox endpoint: {url}  (head {name}; {describe(url)})")
+    inventory = Path(argv[0])
+    name, _address = head(inventory)
+    client = ApiClient.for_inventory(inventory, port=int(argv[1]) if len(argv) > 1 else API_PORT)
+    secrets = secrets_dir(inventory)
+    print(f"sandbox endpoint: {client.url}  (head {name}; key {secrets}/api-key, CA {secrets}/api-ca.crt; "
+          f"{describe(client)})")
     return 0
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -40,7 +41,10 @@ class Cluster:
         self.inventory = Path(os.environ["MOLECULE_INVENTORY_FILE"]).parent
         instances = yaml.safe_load(Path(os.environ["MOLECULE_INSTANCE_CONFIG"]).read_text())
         self.addresses = {item["instance"]: item["address"] for item in instances}
-        self.url = f"http://{self.addresses[HEAD]}:8000"
+        # The API as a client reaches it: the proxy on the head, https checked against the CA it published.
+        self.url = f"https://{self.addresses[HEAD]}:8000"
+        self.tls = ssl.create_default_context(
+            cafile=str(Path.home() / ".vllmops/secrets/vllmops-molecule-ray/api-ca.crt"))
         self.vars = yaml.safe_load((SCENARIO / "molecule.yml").read_text())["provisioner"]["inventory"]["group_vars"]["vllm_nodes"]
         self.node3_inventory = self.ephemeral / "node3.yml"
         self.node3_inventory.write_text(yaml.safe_dump({"vllm_nodes": {"hosts": {NODE3: {}}}}))
@@ -134,7 +138,7 @@ class Cluster:
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.url + path, data=data, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=30) as resp:
+            with urllib.request.urlopen(request, timeout=30, context=self.tls) as resp:
                 text = resp.read()
                 return resp.status, json.loads(text) if text.strip().startswith(b"{") else {}
         except urllib.error.HTTPError as err:

@@ -54,6 +54,7 @@ def test_the_endpoint_answers_from_this_machine_with_the_key_only(cluster):
     assert status == 200 and [model["id"] for model in models["data"]] == [name]
     assert cluster.complete("Say hello", 5)["usage"]["completion_tokens"] == 5
     assert cluster.get("/v1/models")[0] == 401
+    assert cluster.get("/metrics")[0] == 401 and cluster.get("/metrics", key)[0] == 404  # the proxy's allow list
 
 
 def test_vllm_runs_tp2_with_the_api_key_in_a_0600_file_only(cluster):

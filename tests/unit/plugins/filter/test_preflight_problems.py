@@ -10,9 +10,10 @@ def df(free_gb):
     return DF_HEADER + f"/dev/nvme0n1p2  3843514784 1000 {int(free_gb * 1024 * 1024)} 1% /\n"
 
 
-def node(arch="aarch64", gpus=1, listeners=(), own=False, free_gb=500, diagnosis=()):
+def node(arch="aarch64", gpus=1, listeners=(), own=False, free_gb=500, diagnosis=(), own_processes=()):
     return {"architecture": arch, "gpus": gpus, "gpu_diagnosis": list(diagnosis), "listeners": listeners,
-            "own_containers": own, "docker_root": "/var/lib/docker", "df": df(free_gb)}
+            "own_containers": own, "own_processes": list(own_processes), "docker_root": "/var/lib/docker",
+            "df": df(free_gb)}
 
 
 SSHD = {"port": 22, "name": "sshd", "pid": 810}
@@ -20,6 +21,8 @@ SQUATTER = {"port": 8000, "name": "python3", "pid": 4242}
 SETTINGS = {"ports": [6800, 6801], "head": "n1", "head_ports": [8000, 6379, 29501], "min_free_gb": 40}
 REDIS = {"port": 6379, "name": "redis-server", "pid": 77}
 RAYLET_SQUATTER = {"port": 6800, "name": "nginx", "pid": 91}
+PROXY = {"port": 8000, "name": "nginx", "pid": 700}
+SQUATTER_8001 = {"port": 8001, "name": "python3", "pid": 4243}
 
 CASES = [
     pytest.param({"n1": node(), "n2": node(listeners=[SSHD])}, {}, [], id="two healthy nodes: nothing to fix"),
@@ -49,16 +52,26 @@ CASES = [
                  id="PP that does not divide the GPUs"),
     pytest.param({"n1": node(listeners=[SSHD, SQUATTER]), "n2": node()}, {},
                  ["Something else listens on n1 on a port the cluster needs (held: 8000 by python3 (pid 4242)): stop "
-                  "it, or move the port (vllm_serve_port, vllmops_ray_*, vllmops_master_port)."],
+                  "it, or move the port (vllmops_api_port, vllm_serve_port, vllmops_ray_*, vllmops_master_port)."],
                  id="another process on vLLM's port"),
     pytest.param({"n1": node(), "n2": node(listeners=[SSHD, REDIS])}, {}, [],
                  id="a worker may hold a port only the head listens on"),
     pytest.param({"n1": node(), "n2": node(listeners=[RAYLET_SQUATTER])}, {},
                  ["Something else listens on n2 on a port the cluster needs (held: 6800 by nginx (pid 91)): stop "
-                  "it, or move the port (vllm_serve_port, vllmops_ray_*, vllmops_master_port)."],
+                  "it, or move the port (vllmops_api_port, vllm_serve_port, vllmops_ray_*, vllmops_master_port)."],
                  id="a port every node needs, held on a worker"),
     pytest.param({"n1": node(listeners=[SQUATTER], own=True)}, {}, [],
                  id="our own containers hold the port: a re-run"),
+    pytest.param({"n1": node(listeners=[PROXY], own_processes=["nginx"])}, {}, [],
+                 id="our API proxy holds the API port while vLLM is down: a re-run"),
+    pytest.param({"n1": node(listeners=[PROXY, SQUATTER_8001], own_processes=["nginx"])}, {"head_ports": [8000, 8001]},
+                 ["Something else listens on n1 on a port the cluster needs (held: 8001 by python3 (pid 4243)): stop "
+                  "it, or move the port (vllmops_api_port, vllm_serve_port, vllmops_ray_*, vllmops_master_port)."],
+                 id="our proxy's port is fine, a stranger on vLLM's port behind it is not"),
+    pytest.param({"n1": node(listeners=[PROXY])}, {},
+                 ["Something else listens on n1 on a port the cluster needs (held: 8000 by nginx (pid 700)): stop "
+                  "it, or move the port (vllmops_api_port, vllm_serve_port, vllmops_ray_*, vllmops_master_port)."],
+                 id="an nginx that is not our proxy's on the API port"),
     pytest.param({"n1": node(listeners=None)}, {},
                  ["The listening ports of n1 could not be read (community.general.listen_ports_facts needs ss or "
                   "netstat): install iproute2 on it."],

@@ -88,7 +88,7 @@ def test_mp_multinode_flags_point_every_node_at_the_head():
         "node1": {"nnodes": 2, "node_rank": 0, "master_addr": "10.88.0.2", "master_port": 29600},
         "node2": {"nnodes": 2, "node_rank": 1, "master_addr": "10.88.0.2", "master_port": 29600, "headless": True},
     }
-    assert result["ports"] == {"api": 8000, "master": 29600, "ray": 6379}
+    assert result["ports"] == {"api": 8000, "vllm": 8000, "master": 29600, "ray": 6379}
 
 
 @pytest.mark.parametrize(("nodes", "image", "kwargs"), [
@@ -109,6 +109,9 @@ def test_the_summary_says_what_runs_where():
     assert result["summary"] == ("mp multi-node: 2 nodes, TP 2 x PP 1 over 2 GPUs, head node1 (10.88.0.2), rank 0 serves http on :8000; "
                                  "image vllm/vllm-openai:v0.32.0 (vLLM 0.32.0)")
     assert "Ray on :6379" in plan(TWO, OLD_RAY)["summary"]
+    behind = plan(TWO, NEW, api_port=8000, vllm_port=8001)
+    assert behind["ports"]["api"] == 8000 and behind["ports"]["vllm"] == 8001
+    assert "rank 0 serves http on :8001 behind the API proxy on :8000;" in behind["summary"]
     assert result["image_id"] == "sha256:new" and result["image"] == NEW["name"] and result["vllm_version"] == "0.32.0"
 
 

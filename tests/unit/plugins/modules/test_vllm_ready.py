@@ -1,0 +1,119 @@
+"""vllm_ready asking the API as a client through the proxy: https checked against
+a given CA, the key sent on every route but /health. A local TLS server with a CA
+made here stands in for the proxy."""
+
+from __future__ import annotations
+
+import datetime
+import http.server
+import ipaddress
+import json
+import ssl
+import threading
+
+import pytest
+from ansible_collections.vllmops.cluster.plugins.modules.vllm_ready import answers
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+KEY = "sandbox-key-0123456789"
+
+
+def _certificate(subject, issuer, public_key, signing_key, ca: bool, names=()):
+    # The extensions Python's strict verification (3.13) wants, as community.crypto writes them for the role.
+    now = datetime.datetime.now(datetime.UTC)
+    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer).public_key(public_key)
+               .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+               .not_valid_after(now + datetime.timedelta(days=1))
+               .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+               .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False))
+    if ca:
+        builder = builder.add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False),
+                                        critical=True)
+    else:
+        builder = (builder.add_extension(x509.SubjectAlternativeName(list(names)), critical=False)
+                   .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(signing_key.public_key()),
+                                  critical=False)
+                   .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False))
+    return builder.sign(signing_key, hashes.SHA256())
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    """A CA, and a server certificate for 127.0.0.1 it signed (as the api_proxy role makes them)."""
+    tmp = tmp_path_factory.mktemp("pki")
+    ca_key, server_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test CA")])
+    ca = _certificate(ca_name, ca_name, ca_key.public_key(), ca_key, ca=True)
+    server = _certificate(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "head")]), ca_name,
+                          server_key.public_key(), ca_key, ca=False,
+                          names=[x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    (tmp / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    (tmp / "server.pem").write_bytes(server.public_bytes(serialization.Encoding.PEM) + server_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return tmp
+
+
+@pytest.fixture
+def proxy(pki):
+    """An https API that, like the proxy, wants the key on every route but /health; records what it was sent."""
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _answer(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            seen.append((self.path, self.headers.get("Authorization")))
+            if self.path != "/health" and self.headers.get("Authorization") != f"Bearer {KEY}":
+                payload, status = b'{"error": "key"}', 401
+            elif self.path == "/v1/models":
+                payload, status = json.dumps({"data": [{"id": "tiny"}]}).encode(), 200
+            elif self.path == "/v1/completions":
+                assert json.loads(body)["model"] == "tiny"
+                payload, status = json.dumps({"choices": [{"text": "hi"}]}).encode(), 200
+            else:
+                payload, status = b"{}", 200
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_GET = do_POST = _answer
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki / "server.pem")
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"https://127.0.0.1:{server.server_address[1]}", seen
+    server.shutdown()
+    server.server_close()
+
+
+def params(url, **overrides):
+    return {"url": url, "api_key": KEY, "served_model_name": "tiny", "ca_path": None, "validate_certs": True,
+            **overrides}
+
+
+def test_ready_through_the_proxy_with_its_ca_and_the_key_on_every_route_but_health(proxy, pki):
+    url, seen = proxy
+    assert answers(None, params(url, ca_path=str(pki / "ca.crt"))) == (True, "completion without choices")
+    assert seen == [("/health", None), ("/v1/models", f"Bearer {KEY}"), ("/v1/completions", f"Bearer {KEY}")]
+
+
+def test_a_certificate_the_ca_did_not_sign_is_not_ready(proxy):
+    url, seen = proxy
+    ready, why = answers(None, params(url))  # the system's trust store does not know the test CA
+    assert not ready and "CERTIFICATE_VERIFY_FAILED" in why
+    assert seen == []  # nothing was sent, not even /health
+
+
+def test_a_wrong_key_is_not_ready(proxy, pki):
+    url, _seen = proxy
+    ready, why = answers(None, params(url, ca_path=str(pki / "ca.crt"), api_key="wrong-key-0123456789"))
+    assert not ready and "401" in why
