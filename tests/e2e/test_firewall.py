@@ -7,6 +7,7 @@ Leaves the firewall as deploy.yml put it."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -15,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import yaml
+from api_client import secrets_dir
 from conftest import BIN, INVENTORY, ROOT
 from outsider import _CONNECT
 
@@ -137,6 +139,21 @@ def test_the_api_is_open_to_the_allowed_cidr_only(sandbox, outsider, nodes):
     # its cluster address is not (nor a member): the same API is dropped there
     assert outsider.connect(head["cluster"], 8000, timeout=3) == "timeout"
     assert sandbox.healthy()  # the controller, on the allowed network
+
+
+def test_the_outsider_needs_the_key_on_every_route_and_is_served_with_it(sandbox, outsider, nodes):
+    """From the allowed network, through the proxy as any client: no key, no inference - also on
+    /invocations, which vLLM's own key leaves open; with the key, a real completion."""
+    ca = outsider.put(str(secrets_dir(INVENTORY) / "api-ca.crt"), "/tmp/vllmops-api-ca.crt")
+    url = f"https://{nodes[sandbox.head]['mgmt']}:8000"
+    completion = json.dumps({"model": "tiny-sandbox", "prompt": "Hello", "max_tokens": 4})
+    plain = {"Content-Type": "application/json"}
+    for path in ("/v1/completions", "/invocations", "/tokenize", "/metrics"):
+        status, body = outsider.http(url + path, "POST", plain, completion, cafile=ca)
+        assert status == 401, (path, status, body[:300])
+    keyed = dict(plain, Authorization=f"Bearer {sandbox.client.key}")
+    status, body = outsider.http(url + "/v1/completions", "POST", keyed, completion, timeout=120, cafile=ca)
+    assert status == 200 and json.loads(body)["choices"][0]["text"] is not None, (status, body[:300])
 
 
 def test_ssh_stays_open_and_a_lockout_is_refused(sandbox):

@@ -46,11 +46,12 @@ except OSError as err:
 
 # Runs inside the outsider: one HTTP request; status and body as JSON (status 0: no answer).
 _HTTP = """
-import json, sys, urllib.error, urllib.request
-url, method, headers, data, timeout = json.loads(sys.stdin.read())
+import json, ssl, sys, urllib.error, urllib.request
+url, method, headers, data, timeout, cafile = json.loads(sys.stdin.read())
 req = urllib.request.Request(url, data=data.encode() if data is not None else None, method=method, headers=headers)
+context = ssl.create_default_context(cafile=cafile) if cafile else None
 try:
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
+    with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
         print(json.dumps([resp.status, resp.read().decode(errors='replace')]))
 except urllib.error.HTTPError as err:
     print(json.dumps([err.code, err.read().decode(errors='replace')]))
@@ -85,10 +86,16 @@ class Outsider:
         """open, refused, timeout (dropped on the way) or "error ..." (no route, ...)."""
         return self.exec("python3", "-c", _CONNECT, host, str(port), str(timeout), timeout=timeout + 30).strip()
 
+    def put(self, source: str, dest: str) -> str:
+        """Copy a file of this machine into the outsider; its path there."""
+        run(["docker", "cp", source, f"{self.name}:{dest}"])
+        return dest
+
     def http(self, url: str, method: str = "GET", headers: dict | None = None, data: str | None = None,
-             timeout: float = 10) -> tuple[int, str]:
-        """(status, body); status 0 when nothing answered (the body says why)."""
-        request = json.dumps([url, method, headers or {}, data, timeout])
+             timeout: float = 10, cafile: str | None = None) -> tuple[int, str]:
+        """(status, body); status 0 when nothing answered (the body says why). Headers travel on
+        stdin, never on a command line; cafile: the CA (a path in the outsider) https is checked against."""
+        request = json.dumps([url, method, headers or {}, data, timeout, cafile])
         status, body = json.loads(self.exec("python3", "-c", _HTTP, input_text=request, timeout=timeout + 30))
         return status, body
 
