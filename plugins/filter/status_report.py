@@ -12,8 +12,8 @@ description:
     served model and the backend, and a verdict.
   - The verdict is C(DEGRADED) when a node did not answer, a node is not in Ray or Ray counts another number of
     alive nodes (Ray backend), a node that runs vLLM has its unit down, or the head's API does not list its models;
-    also when the head watchdog has a record but its timer does not run, or it reached its restart limit while vLLM
-    still fails.
+    also when the head watchdog has a record but its timer does not run, vLLM refuses its check (a key or model name
+    it does not know), or it reached its restart limit while vLLM still fails.
   - With O(health), lines on the head watchdog - its timer, the last check, the last event (when, what it saw, what
     it did, and when the service answered again).
 positional: _input
@@ -199,6 +199,8 @@ def _health(health: dict | None) -> tuple[list[str], list[str]]:
     problems = []
     if timer != "active":
         problems.append(f"the head watchdog is not running ({unit}.timer {timer})")
+    elif check.get("ok") is None and str(check.get("what", "")).startswith("completion refused"):
+        problems.append(f"the head watchdog cannot check vLLM ({check['what'].split(' {')[0]})")
     event = record.get("last_event") or {}
     if event:
         after = f"; served again {event['recovered_after_s']:g} s later" if event.get("recovered_after_s") is not None else ""

@@ -120,6 +120,11 @@ def probe(url: str, model: str, key: str, deadline: float) -> dict:
         if choices:
             return {"ok": True, "took": took}
         error = "an answer without choices"
+    if status is not None and 400 <= status < 500:
+        # The API server answered and refused this request (a key it does not know, a model name it does not
+        # serve): a configuration problem that no restart fixes.
+        detail = body.decode(errors="replace").strip()[:200]
+        return {"ok": None, "took": took, "what": f"completion refused: HTTP {status} {detail}".rstrip()}
     health, _body, health_error = _call(url + "/health", None, "", min(deadline, 5.0))
     return {"ok": False, "took": took, "what": "completion: " + (error or f"HTTP {status}"),
             "health": health if health is not None else health_error}
@@ -128,7 +133,8 @@ def probe(url: str, model: str, key: str, deadline: float) -> dict:
 # --- the decision ----------------------------------------------------------------------
 def decide(state: dict, unit: dict, result: dict | None, now: float, cfg: dict) -> tuple[dict, str, list[str]]:
     """The new state, the action ("restart" or "") and the journal lines, from the last state,
-    the unit, this check's result (None when there was nothing to check) and the settings."""
+    the unit, this check's result (None when there was nothing to check; ok None when vLLM refused
+    the check itself) and the settings."""
     state = json.loads(json.dumps(state or {}))  # a copy: callers keep theirs
     state["version"] = STATE_VERSION
     state.setdefault("restarts", [])
@@ -142,6 +148,13 @@ def decide(state: dict, unit: dict, result: dict | None, now: float, cfg: dict) 
         if state.get("failures"):
             lines.append(f"{name} is {unit['active']}: not checking it (systemd or a deploy brings it back)")
         state.update(failures=0, first_failed_at=None, last_check={"ok": None, "what": f"{name} is {unit['active']}"})
+        return state, "", lines
+
+    if result["ok"] is None:
+        if (state.get("last_check") or {}).get("what") != result["what"]:
+            lines.append(f"<4>cannot check vLLM: {result['what']} - a restart would not fix that, none is made; "
+                         f"check the served model name and the key in the environment file")
+        state.update(failures=0, first_failed_at=None, last_check={"ok": None, "what": result["what"]})
         return state, "", lines
 
     if result["ok"]:

@@ -22,6 +22,7 @@ OLD = {"active": "active", "run_id": "run-1", "age": 5000.0}
 YOUNG = {**OLD, "age": 20.0}
 OK = {"ok": True, "took": 0.05}
 HUNG = {"ok": False, "took": 10.0, "what": "completion: no answer within 10 s", "health": 200}
+REFUSED = {"ok": None, "took": 0.01, "what": "completion refused: HTTP 401 {\"error\": \"Unauthorized\"}"}
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +51,8 @@ def run_checks(health, checks, state=None, unit=OLD, cfg=CFG, start=NOW, interva
     pytest.param([HUNG, HUNG, HUNG], YOUNG, ["", "", ""], 0, id="loading within the grace: not counted"),
     pytest.param([OK, HUNG, HUNG, HUNG], YOUNG, ["", "", "", "restart"], 0, id="young but answered once: counted"),
     pytest.param([None, None], {**OLD, "active": "activating"}, ["", ""], 0, id="unit not running: nothing"),
+    pytest.param([HUNG, REFUSED, HUNG, REFUSED, HUNG], OLD, [""] * 5, 1,
+                 id="the check refused (HTTP 4xx): not an outage, and the count starts again"),
 ])
 def test_when_it_acts(health, checks, unit, actions, failures):
     state, taken, _lines = run_checks(health, checks, unit=unit)
@@ -154,6 +157,9 @@ class Api:
                 if api.mode == "error":
                     self._send(500, b'{"error": "EngineDeadError"}')
                     return
+                if api.mode == "unauthorized":
+                    self._send(401, b'{"error": "Unauthorized"}')
+                    return
                 self._send(200, json.dumps({"choices": [{"text": "x"}], "model": body["model"]}).encode())
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -227,3 +233,13 @@ def test_a_closed_port_is_a_failed_check(node, api):
     _out, state = watchdog_run(node, node_api)
     assert state["last_check"]["ok"] is False and state["failures"] == 1
     assert "refused" in state["last_check"]["what"].lower(), state["last_check"]
+
+
+def test_a_refused_check_is_said_once_and_never_restarts(node, api):
+    api.mode = "unauthorized"
+    outs = [watchdog_run(node, api) for _ in range(3)]
+    said = [line for out, _state in outs for line in out.splitlines()]
+    assert said == ['<4>cannot check vLLM: completion refused: HTTP 401 {"error": "Unauthorized"} - a restart would not fix '
+                    "that, none is made; check the served model name and the key in the environment file"]
+    assert outs[-1][1]["last_check"] == {"ok": None, "what": 'completion refused: HTTP 401 {"error": "Unauthorized"}'}
+    assert "restart" not in node["calls"].read_text()

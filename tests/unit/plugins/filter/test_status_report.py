@@ -160,6 +160,12 @@ def watchdog(record, timer="active"):
         "last event 2027-01-15T08:00:30Z: saw 3 failed checks in a row since 2027-01-15T08:00:10Z: completion: "
         "no answer within 10 s; /health: 200; did restarted vllmops-vllm (rank 0); the other ranks follow; served again 41.5 s later",
     ], ["the head watchdog is not running (vllmops-vllm-health.timer inactive)"], id="timer stopped (a deploy that failed)"),
+    pytest.param(watchdog({"checked_at": "2027-01-15T08:02:00Z",
+                           "last_check": {"ok": None, "what": 'completion refused: HTTP 401 {"error": "Unauthorized"}'}}), [
+        'head watchdog vllmops-vllm-health: timer active; last check 2027-01-15T08:02:00Z: completion refused: HTTP 401 '
+        '{"error": "Unauthorized"}',
+        "last event: none (no restart so far)",
+    ], ["the head watchdog cannot check vLLM (completion refused: HTTP 401)"], id="its check refused: blind, DEGRADED"),
     pytest.param(watchdog("", timer="inactive"), [], [], id="no head watchdog: no line"),
     pytest.param(watchdog("{broken", timer="inactive"), [], [], id="a record that does not parse reads as none"),
 ])
