@@ -11,7 +11,11 @@ description:
   - Renders what every node reported (C(playbooks/status.yml) gathers it) as one row per node, a line with the
     served model and the backend, and a verdict.
   - The verdict is C(DEGRADED) when a node did not answer, a node is not in Ray or Ray counts another number of
-    alive nodes (Ray backend), a node that runs vLLM has its unit down, or the head's API does not list its models.
+    alive nodes (Ray backend), a node that runs vLLM has its unit down, or the head's API does not list its models;
+    also when the head watchdog has a record but its timer does not run, vLLM refuses its check (a key or model name
+    it does not know), or it reached its restart limit while vLLM still fails.
+  - With O(health), lines on the head watchdog - its timer, the last check, the last event (when, what it saw, what
+    it did, and when the service answered again).
 positional: _input
 options:
   _input:
@@ -40,6 +44,13 @@ options:
   api:
     description: The result of M(ansible.builtin.uri) asking the head's C(/v1/models) (C(status), C(json)).
     type: dict
+  health:
+    description:
+      - The head watchdog as the head reports it - C(unit) (its name), C(timer) (what C(systemctl is-active) says of
+        its timer) and C(record) (the text of its JSON state file; empty when there is none). A record that does not
+        parse reads as none.
+      - Left out, or without a record while the timer does not run (no head watchdog), the report has no line on it.
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -59,7 +70,8 @@ _value:
   type: dict
   contains:
     lines:
-      description: The table's header, one row per node, the served model and backend, the verdict.
+      description: The table's header, one row per node, the served model and backend, the head watchdog's lines
+        (with O(health)), the verdict.
       type: list
       elements: str
     text:
@@ -73,6 +85,8 @@ _value:
       type: list
       elements: str
 """
+
+import json
 
 ROW = "%-26s %-6s %-12s %-10s %-20s %-9s %-6s %s"
 HEADER = ("NODE", "ROLE", "CLUSTER IP", "GPUS", "IMAGE, VLLM", "RAY UNIT", "IN RAY", "VLLM UNIT")
@@ -158,7 +172,48 @@ def _problems(nodes: dict, rows: list[tuple], cluster: _Cluster) -> list[str]:
     return problems
 
 
-def status_report(nodes, head, hosts=None, plan=None, ray=None, api=None):
+def _record(health: dict) -> dict:
+    record = health.get("record") or {}
+    if isinstance(record, str):
+        try:
+            record = json.loads(record)
+        except ValueError:
+            return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _health(health: dict | None) -> tuple[list[str], list[str]]:
+    """The head watchdog's lines and problems."""
+    health = health or {}
+    unit, timer, record = health.get("unit") or "the head watchdog", health.get("timer") or "?", _record(health)
+    if not record and timer != "active":
+        return [], []
+    check = record.get("last_check") or {}
+    if check.get("ok") is True:
+        last = f"ok ({check.get('took', '?')} s)"
+    elif check.get("ok") is False:
+        last = f"FAILED: {check.get('what', '?')}; /health: {check.get('health', '?')}"
+    else:
+        last = check.get("what") or "none yet"
+    lines = [f"head watchdog {unit}: timer {timer}; last check {record.get('checked_at', '-')}: {last}"]
+    problems = []
+    if timer != "active":
+        problems.append(f"the head watchdog is not running ({unit}.timer {timer})")
+    elif check.get("ok") is None and str(check.get("what", "")).startswith("completion refused"):
+        problems.append(f"the head watchdog cannot check vLLM ({check['what'].split(' {')[0]})")
+    event = record.get("last_event") or {}
+    if event:
+        after = f"; served again {event['recovered_after_s']:g} s later" if event.get("recovered_after_s") is not None else ""
+        lines.append(f"last event {event.get('time', '?')}: saw {event.get('saw', '?')}; did {event.get('did', '?')}{after}")
+        if event.get("action") == "held" and check.get("ok") is False:
+            problems.append(f"the head watchdog reached its restart limit ({event.get('restarts_in_window', '?')} in its "
+                            "window) and no longer restarts vLLM")
+    else:
+        lines.append("last event: none (no restart so far)")
+    return lines, problems
+
+
+def status_report(nodes, head, hosts=None, plan=None, ray=None, api=None, health=None):
     nodes = dict(nodes or {})
     if hosts is not None:
         nodes = {host: nodes.get(host) for host in hosts}
@@ -168,9 +223,10 @@ def status_report(nodes, head, hosts=None, plan=None, ray=None, api=None):
         backend = f"Ray: {int(cluster.ray.get('alive_nodes') or 0)} alive node(s), {cluster.ray.get('gpus', 0)} GPU(s)"
     else:
         backend = cluster.plan.get("summary", "")
-    problems = _problems(nodes, rows, cluster)
+    health_lines, health_problems = _health(health)
+    problems = _problems(nodes, rows, cluster) + health_problems
     verdict = "DEGRADED" if problems else "OK"
-    lines = [ROW % HEADER, *(ROW % row for row in rows), f"served model: {cluster.served()}; {backend}",
+    lines = [ROW % HEADER, *(ROW % row for row in rows), f"served model: {cluster.served()}; {backend}", *health_lines,
              f"{verdict}: {'; '.join(problems)}" if problems else verdict]
     return {"lines": lines, "text": "\n".join(lines), "verdict": verdict, "problems": problems}
 

@@ -131,14 +131,14 @@ class Cluster:
         return self.playbook("deploy.yml", *args, extra=extra, node3=node3)
 
     # --- the endpoint -----------------------------------------------------------
-    def get(self, path: str, key: str | None = None, body: dict | None = None) -> tuple[int, dict]:
+    def get(self, path: str, key: str | None = None, body: dict | None = None, timeout: float = 30) -> tuple[int, dict]:
         headers = {"Content-Type": "application/json"}
         if key:
             headers["Authorization"] = f"Bearer {key}"
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(self.url + path, data=data, headers=headers)
         try:
-            with urllib.request.urlopen(request, timeout=30, context=self.tls) as resp:
+            with urllib.request.urlopen(request, timeout=timeout, context=self.tls) as resp:
                 text = resp.read()
                 return resp.status, json.loads(text) if text.strip().startswith(b"{") else {}
         except urllib.error.HTTPError as err:

@@ -37,7 +37,10 @@ REPO = "vllmops-test/serving"
 SANDBOX_NAME = "vllmops-sandbox/vllm-openai:v" + vllm_sources.TESTED_VERSIONS[-1]
 ARCHIVES = vllm_sources.CACHE.parent / "images"
 VLLM_VERSION = vllm_sources.TESTED_VERSIONS[-1]
-RAY = ["ray==2.40.0", "protobuf<5"]  # ray 2.40's generated protobuf code predates protobuf 5
+# ray 2.40's generated protobuf code predates protobuf 5. typing_extensions is named because pip evaluates
+# environment markers with the interpreter that runs it, not --python-version: run from Python 3.13, it drops
+# referencing's `typing-extensions; python_version < "3.13"`, and Ray's jsonschema then fails to import on 3.11.
+RAY = ["ray==2.40.0", "protobuf<5", "typing_extensions>=4.4"]
 FLAGS = HERE.parent.parent / "fixtures" / "vllm" / "serve_flags" / f"{VLLM_VERSION}.json"
 SITE = "/usr/local/lib/python3.11/dist-packages"
 WHEELS = vllm_sources.CACHE.parent / "wheels" / "serving"

@@ -17,7 +17,12 @@ Installed in the image as /usr/local/bin/vllm, it answers `vllm serve MODEL
   VLLMOPS_STANDIN_TOKENS_PER_S) and /metrics, with --api-key / VLLM_API_KEY;
 - VLLMOPS_STANDIN_FAIL makes it fail the way vLLM does: usage (exit 2 with
   usage), hang (stops after the NCCL init lines), oom (CUDA out of memory),
-  nccl_timeout (NCCL watchdog timeout).
+  nccl_timeout (NCCL watchdog timeout);
+- while it serves, a child process stands for the engine's worker
+  (`VLLM::Worker_TP0` in `ps`; in vLLM the GPU worker, over Ray a Ray
+  worker): a test that kills it (`pkill -KILL -f VLLM::Worker_TP0` in the
+  container) gets what users report of vLLM when a worker died - /health and
+  /v1/models still answer 200, completions hang.
 
 Logs go to stdout in vLLM's format, so journald / docker logs hold what
 they would hold with the real server.
@@ -227,16 +232,36 @@ def startup(served: dict, recorded: dict) -> int | None:
     return None
 
 
-class Engine:
-    """Counters for /metrics and the token generator."""
+WORKER_NAME = "VLLM::Worker_TP0"
 
-    def __init__(self, served_name: str, model: str, max_model_len: int, rate: float) -> None:
+
+def start_worker() -> subprocess.Popen:
+    """The engine's worker: a process that only lives, so that a test can kill it."""
+    return subprocess.Popen([WORKER_NAME, "-c", "import time\nwhile True:\n    time.sleep(3600)"],
+                            executable=sys.executable, stdin=subprocess.DEVNULL)
+
+
+class Engine:
+    """Counters for /metrics, the token generator and the worker it needs."""
+
+    def __init__(self, served_name: str, model: str, max_model_len: int, rate: float,
+                 worker: subprocess.Popen | None = None) -> None:
         self.served_name, self.model, self.max_model_len, self.rate = served_name, model, max_model_len, rate
+        self.worker = worker
         self.lock = threading.Lock()
         self.running = 0
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.requests = 0
+
+    def worker_alive(self) -> bool:
+        with self.lock:
+            return self.worker is None or self.worker.poll() is None
+
+    def wait_for_worker(self) -> None:
+        """What a request meets once the worker is gone: nothing, ever (vLLM does not notice either)."""
+        while not self.worker_alive():
+            time.sleep(3600)
 
     def tokens(self, count: int):
         for index in range(count):
@@ -298,6 +323,7 @@ def make_handler(engine: Engine, api_key: str | None):
                 self._send(404, json.dumps({"error": {"message": f"The model `{request.get('model')}` does not exist.",
                                                       "type": "NotFoundError", "code": 404}}).encode())
                 return
+            engine.wait_for_worker()
             count = int(request.get("max_tokens", 16))
             prompt_tokens = len(str(request.get("prompt", "")).split())
             with engine.lock:
@@ -362,12 +388,17 @@ def serve(argv: list[str]) -> int:
     except OSError as err:
         return fail([f"OSError: [Errno {err.errno}] error while attempting to bind on address ({host!r}, {port}): "
                      f"{err.strerror.lower()}"])
+    engine.worker = start_worker()
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     log("INFO", "api_server.py:1857", f"Starting vLLM API server 0 on http://{host}:{port}")
     log("INFO", "launcher.py:29", "Available routes are: /health, /v1/models, /v1/completions, /metrics")
     print("INFO:     Started server process [1]\nINFO:     Waiting for application startup.\n"
           "INFO:     Application startup complete.", flush=True)
-    server.serve_forever()
+    try:
+        server.serve_forever()
+    finally:
+        engine.worker.kill()
+        engine.worker.wait()
     log("INFO", "launcher.py:80", "Shutting down FastAPI HTTP server.")
     return 0
 

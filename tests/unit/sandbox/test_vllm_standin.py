@@ -3,6 +3,7 @@
 import importlib.util
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -108,7 +109,8 @@ def test_an_architecture_vllm_does_not_know_is_refused(gpu_path, tmp_path):
 
 
 @pytest.fixture
-def server(gpu_path):
+def served(gpu_path):
+    """A stand-in serving on a free port: (its URL, its process)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -124,9 +126,27 @@ def server(gpu_path):
             break
         except OSError:
             time.sleep(0.1)
-    yield base
+    yield base, proc
     proc.terminate()
     proc.wait(10)
+
+
+@pytest.fixture
+def server(served):
+    return served[0]
+
+
+def children(pid: int) -> dict[int, str]:
+    """Child processes of pid: their command lines."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == pid:
+                found[int(stat.parent.name)] = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, IndexError, ValueError):
+            continue
+    return found
 
 
 def call(url, body=None, key="s3cret"):
@@ -154,3 +174,18 @@ def test_the_api_key_is_required(server):
         call(server + "/v1/models", key="wrong")
     assert refused.value.code == 401
     assert call(server + "/health", key="wrong")[0] == 200
+
+
+def test_once_its_worker_is_killed_health_and_models_answer_but_completions_hang(served):
+    server, proc = served
+    workers = [pid for pid, cmdline in children(proc.pid).items() if cmdline.startswith("VLLM::Worker_TP0 ")]
+    assert len(workers) == 1, children(proc.pid)
+    assert call(server + "/v1/completions", {"model": "demo", "prompt": "hi", "max_tokens": 1})[0] == 200
+    os.kill(workers[0], signal.SIGKILL)
+    time.sleep(0.2)
+    assert call(server + "/health") == (200, "")
+    assert call(server + "/v1/models")[0] == 200
+    with pytest.raises((TimeoutError, urllib.error.URLError)):
+        request = urllib.request.Request(server + "/v1/completions", data=json.dumps({"model": "demo", "max_tokens": 1}).encode(),
+                                         headers={"Authorization": "Bearer s3cret", "Content-Type": "application/json"})
+        urllib.request.urlopen(request, timeout=2)

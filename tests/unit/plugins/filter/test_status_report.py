@@ -1,5 +1,7 @@
 """status.yml's table: table of (what the nodes reported, plan, Ray, API) -> the text and verdict an operator reads."""
 
+import json
+
 import pytest
 from ansible_collections.vllmops.cluster.plugins.filter.status_report import status_report
 
@@ -113,3 +115,68 @@ def test_hosts_missing_from_the_reports_did_not_answer_and_keep_their_place():
     assert [line.split()[0] for line in report["lines"][1:3]] == ["spark-0", "spark-1"]
     assert report["lines"][1].endswith("host unreachable")
     assert report["problems"] == ["no answer from: spark-0"]
+
+
+# --- the head watchdog (health=): its timer, last check and last event -------------------------
+RESTARTED = {
+    "checked_at": "2027-01-15T08:02:00Z", "last_check": {"ok": True, "took": 0.04},
+    "last_event": {"time": "2027-01-15T08:00:30Z", "action": "restart", "recovered_after_s": 41.5,
+                   "saw": "3 failed checks in a row since 2027-01-15T08:00:10Z: completion: no answer within 10 s; /health: 200",
+                   "did": "restarted vllmops-vllm (rank 0); the other ranks follow"},
+}
+HELD = {
+    "checked_at": "2027-01-15T09:00:00Z", "last_check": {"ok": False, "what": "completion: HTTP 500", "health": 503},
+    "last_event": {"time": "2027-01-15T08:59:00Z", "action": "held", "restarts_in_window": 3, "saw": "3 failed checks",
+                   "did": "nothing: 3 restart(s) in the last 3600 s already"},
+}
+
+
+def watchdog(record, timer="active"):
+    return {"unit": "vllmops-vllm-health", "timer": timer, "record": json.dumps(record) if isinstance(record, dict) else record}
+
+
+@pytest.mark.parametrize(("health", "lines", "problems"), [
+    pytest.param(watchdog(RESTARTED), [
+        "head watchdog vllmops-vllm-health: timer active; last check 2027-01-15T08:02:00Z: ok (0.04 s)",
+        "last event 2027-01-15T08:00:30Z: saw 3 failed checks in a row since 2027-01-15T08:00:10Z: completion: no answer "
+        "within 10 s; /health: 200; did restarted vllmops-vllm (rank 0); the other ranks follow; served again 41.5 s later",
+    ], [], id="a restart that healed: shown, OK"),
+    pytest.param(watchdog({"checked_at": "2027-01-15T08:02:00Z", "last_check": {"ok": True, "took": 0.1}}), [
+        "head watchdog vllmops-vllm-health: timer active; last check 2027-01-15T08:02:00Z: ok (0.1 s)",
+        "last event: none (no restart so far)",
+    ], [], id="never acted"),
+    pytest.param(watchdog("", timer="active"), [
+        "head watchdog vllmops-vllm-health: timer active; last check -: none yet",
+        "last event: none (no restart so far)",
+    ], [], id="just installed, no check yet"),
+    pytest.param(watchdog(HELD), [
+        "head watchdog vllmops-vllm-health: timer active; last check 2027-01-15T09:00:00Z: FAILED: completion: HTTP 500; "
+        "/health: 503",
+        "last event 2027-01-15T08:59:00Z: saw 3 failed checks; did nothing: 3 restart(s) in the last 3600 s already",
+    ], ["the head watchdog reached its restart limit (3 in its window) and no longer restarts vLLM"],
+        id="held at its limit while vLLM fails: DEGRADED"),
+    pytest.param(watchdog(RESTARTED, timer="inactive"), [
+        "head watchdog vllmops-vllm-health: timer inactive; last check 2027-01-15T08:02:00Z: ok (0.04 s)",
+        "last event 2027-01-15T08:00:30Z: saw 3 failed checks in a row since 2027-01-15T08:00:10Z: completion: "
+        "no answer within 10 s; /health: 200; did restarted vllmops-vllm (rank 0); the other ranks follow; served again 41.5 s later",
+    ], ["the head watchdog is not running (vllmops-vllm-health.timer inactive)"], id="timer stopped (a deploy that failed)"),
+    pytest.param(watchdog({"checked_at": "2027-01-15T08:02:00Z",
+                           "last_check": {"ok": None, "what": 'completion refused: HTTP 401 {"error": "Unauthorized"}'}}), [
+        'head watchdog vllmops-vllm-health: timer active; last check 2027-01-15T08:02:00Z: completion refused: HTTP 401 '
+        '{"error": "Unauthorized"}',
+        "last event: none (no restart so far)",
+    ], ["the head watchdog cannot check vLLM (completion refused: HTTP 401)"], id="its check refused: blind, DEGRADED"),
+    pytest.param(watchdog("", timer="inactive"), [], [], id="no head watchdog: no line"),
+    pytest.param(watchdog("{broken", timer="inactive"), [], [], id="a record that does not parse reads as none"),
+])
+def test_the_head_watchdog_lines(health, lines, problems):
+    report = status_report(MP_NODES, "spark-1", plan=plan("mp"), api=API_OK, health=health)
+    assert report["lines"][4:-1] == lines
+    assert report["problems"] == problems
+    assert report["lines"][-1] == (f"DEGRADED: {'; '.join(problems)}" if problems else "OK")
+
+
+def test_a_record_already_parsed_reads_the_same():
+    as_text = status_report(MP_NODES, "spark-1", plan=plan("mp"), api=API_OK, health=watchdog(RESTARTED))
+    as_dict = status_report(MP_NODES, "spark-1", plan=plan("mp"), api=API_OK, health={**watchdog(RESTARTED), "record": RESTARTED})
+    assert as_text == as_dict
