@@ -8,8 +8,9 @@
 
 Built locally on the node rootfs (Debian bookworm, Python 3.11; no registry
 is reachable here):
-- the real `ray` package (CPU) and its dependencies, from PyPI wheels
-  installed where pip puts them, with `ray` on PATH;
+- the real `ray` package (CPU, 2.60: token authentication) and its
+  dependencies, from PyPI wheels installed where pip puts them, with `ray`
+  on PATH;
 - the real vLLM sources of the newest tested release, laid out as pip
   installs them (image_probe reads them: version, flags, architectures);
 - /usr/local/bin/vllm: the inference stand-in (vllm_standin.py) with the
@@ -37,7 +38,9 @@ REPO = "vllmops-test/serving"
 SANDBOX_NAME = "vllmops-sandbox/vllm-openai:v" + vllm_sources.TESTED_VERSIONS[-1]
 ARCHIVES = vllm_sources.CACHE.parent / "images"
 VLLM_VERSION = vllm_sources.TESTED_VERSIONS[-1]
-RAY = ["ray==2.40.0", "protobuf<5"]  # ray 2.40's generated protobuf code predates protobuf 5
+# A Ray with token authentication (>= 2.52), so that the Ray stories run with it
+# on; an image without it (the plan's warning) is covered by the plan's tests.
+RAY = ["ray==2.60.0"]
 FLAGS = HERE.parent.parent / "fixtures" / "vllm" / "serve_flags" / f"{VLLM_VERSION}.json"
 SITE = "/usr/local/lib/python3.11/dist-packages"
 WHEELS = vllm_sources.CACHE.parent / "wheels" / "serving"
