@@ -40,7 +40,9 @@ ARCHIVES = vllm_sources.CACHE.parent / "images"
 VLLM_VERSION = vllm_sources.TESTED_VERSIONS[-1]
 # A Ray with token authentication (>= 2.52), so that the Ray stories run with it
 # on; an image without it (the plan's warning) is covered by the plan's tests.
-RAY = ["ray==2.60.0"]
+# pip evaluates dependency markers for the Python it runs on (3.12+ here), not
+# the image's 3.11: typing_extensions (python_version < "3.13") is named.
+RAY = ["ray==2.60.0", "typing_extensions>=4.4"]
 FLAGS = HERE.parent.parent / "fixtures" / "vllm" / "serve_flags" / f"{VLLM_VERSION}.json"
 SITE = "/usr/local/lib/python3.11/dist-packages"
 WHEELS = vllm_sources.CACHE.parent / "wheels" / "serving"
