@@ -5,7 +5,8 @@ token is a 0600 file on the controller and on each node and appears nowhere in
 clear (unit files, `docker inspect`, process lists, journals, Ray's logs,
 Ansible's output even at -vvv); Ray's session files are closed to other users
 of the host; a rotation restarts Ray in order (head, then workers), vLLM's
-driver after it, and the cluster forms again on the new token."""
+driver after it, and the cluster forms again on the new token, which alone
+works then."""
 
 from __future__ import annotations
 
@@ -113,7 +114,10 @@ def test_a_rotation_restarts_ray_in_order_and_the_cluster_forms_again_on_the_new
     ray_after = {node: cluster.inspect(node, unit)["started"] for node, unit in RAY_UNITS.items()}
     assert all(ray_after[node] != ray_before[node] for node in RAY_UNITS), (ray_before, ray_after)
     assert moment(ray_after[HEAD]) < moment(ray_after[WORKER]), "the head restarts first, then its worker"
-    assert cluster.vllm_starts() == starts + 1, "vLLM's driver restarts once, after Ray"
+    # vLLM's container shares the Ray head container's PID namespace: it goes down with the old head (systemd may
+    # bring it back on its own), and the run restarts it once Ray has formed again.
+    vllm_started = cluster.inspect(HEAD, "vllmops-vllm")["started"]
+    assert cluster.vllm_starts() > starts and moment(vllm_started) > moment(ray_after[WORKER]), "vLLM restarts after Ray"
     for node in RAY_UNITS:
         assert cluster.on(node, "cat", TOKEN_FILE) == new
         assert leaks(exposed(cluster, node), {"new token": new}) == [], node
