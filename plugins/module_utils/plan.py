@@ -12,12 +12,16 @@ before anything changes, with one message naming the hosts and the fix.
 from __future__ import annotations
 
 import posixpath
+import re
 
 BACKENDS = ("auto", "ray", "mp")
 MODE_LABELS = {"ray": "ray", "mp-multinode": "mp multi-node", "mp-single": "mp single-node"}
 # Defaults; the plan role passes the vllmops role's settings.
 ADDRESS_SOURCE = "VLLM_HOST_IP in /etc/vllmops/cluster.env, written by the nccl role"
 RAY_UNITS = {"head": "vllmops-ray-head", "worker": "vllmops-ray-worker"}
+# Ray checks a shared token on every control-plane request from this release on
+# (RAY_AUTH_MODE=token; docs.ray.io, "Ray token authentication").
+RAY_TOKEN_AUTH_SINCE = (2, 52)
 
 
 class PlanError(Exception):
@@ -77,7 +81,7 @@ def _choose_backend(backend, image, node_count):
     label = _image_label(image)
     version = image.get("vllm_version")
     modes = set(image.get("multinode_modes") or [])
-    has_ray = bool(image.get("has_ray"))
+    has_ray = bool(image.get("has_ray") or image.get("ray_version"))
     ray_ok = has_ray and "ray" in modes
     if backend not in BACKENDS:
         raise PlanError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}: set vllmops_backend to one of them")
@@ -107,6 +111,32 @@ def _choose_backend(backend, image, node_count):
     why_not_ray = "not installed" if not has_ray else f"vLLM {version} has no Ray executor"
     raise PlanError(f"{label} (vLLM {version}) can serve {node_count} nodes neither with Ray ({why_not_ray}) nor with vLLM's "
                     "Ray-free multi-node mode (no --nnodes/--headless: vLLM older than 0.11.1): use an image with Ray or a newer vLLM")
+
+
+def _release(version):
+    """(major, minor) of a version string such as 2.52.0 or 2.60.0rc1; None when it does not start so."""
+    match = re.match(r"(\d+)\.(\d+)", version or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def ray_token_auth(ray_version):
+    """Whether this Ray release has token authentication (unknown versions are taken as having none)."""
+    release = _release(ray_version)
+    return release is not None and release >= RAY_TOKEN_AUTH_SINCE
+
+
+def _ray(backend, image, ray_port):
+    """How Ray is secured (backend ray): the image's Ray version, token authentication, and the warning when it has none."""
+    version = image.get("ray_version") or None
+    auth = backend == "ray" and ray_token_auth(version)
+    warning = None
+    if backend == "ray" and not auth:
+        since = ".".join(str(part) for part in RAY_TOKEN_AUTH_SINCE)
+        warning = (f"{_image_label(image)} has Ray {version or '(version unknown)'}, which has no token authentication "
+                   f"(Ray >= {since} has it): whoever reaches the cluster's Ray ports (the GCS on :{ray_port}, the raylets, "
+                   f"Ray's worker ports) can run code on every node. Only the firewall keeps others out; use an image "
+                   f"with Ray >= {since} to turn authentication on")
+    return {"version": version, "token_auth": auth, "warning": warning}
 
 
 def _parallel_sizes(nodes, tensor_parallel_size, pipeline_parallel_size):
@@ -182,7 +212,8 @@ def _summary(plan):
              f"TP {plan['tensor_parallel_size']} x PP {plan['pipeline_parallel_size']} over {plan['gpus']} GPUs, "
              f"head {plan['head']} ({plan['head_address']})"]
     if plan["mode"] == "ray":
-        parts.append(f"Ray on :{plan['ports']['ray']}")
+        auth = "token auth" if plan["ray"]["token_auth"] else f"no auth: Ray {plan['ray']['version'] or '?'}"
+        parts.append(f"Ray on :{plan['ports']['ray']} ({auth})")
     ports = plan["ports"]
     parts.append(f"rank 0 serves http on :{ports['vllm']}"
                  + (f" behind the API proxy on :{ports['api']}" if ports["vllm"] != ports["api"] else ""))
@@ -220,6 +251,7 @@ def make_plan(nodes, image, backend="auto", tensor_parallel_size=0, pipeline_par
         "vllm_version": image.get("vllm_version"),
         "serve_flags": {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "distributed_executor_backend": chosen},
         "members": _members(nodes, head, mode, head_address, master_port, ray_units or RAY_UNITS),
+        "ray": _ray(chosen, image, ray_port),
     }
     plan["summary"] = _summary(plan)
     return plan

@@ -18,6 +18,8 @@ description:
     heads, a head outside the play, a node without a GPU or a cluster address, two nodes with one address, an image
     without vLLM or without the backend asked for, parallel sizes that do not multiply to the cluster's GPUs,
     unequal GPUs per node in C(mp-multinode), a local model outside O(model_dir).
+  - With backend C(ray), decides whether Ray runs with token authentication (the image's Ray is 2.52 or later) and
+    warns, naming the image's Ray version, when it cannot.
   - Changes nothing and reads nothing from the host; run it once per play with C(run_once) and share the result.
 options:
   nodes:
@@ -59,9 +61,15 @@ options:
         description: The image's vLLM version; null or empty when the image holds no vLLM.
         type: str
       has_ray:
-        description: Whether the image has Ray installed.
+        description: Whether the image has Ray installed (implied by O(image.ray_version)).
         type: bool
         default: false
+      ray_version:
+        description:
+          - The image's Ray version (image_probe's C(packages.ray)); empty when it has none. Ray 2.52 and later have
+            token authentication, which the plan turns on with backend C(ray).
+        type: str
+        default: ""
       multinode_modes:
         description: image_probe's C(vllm.multinode_modes) - C(ray), C(native), C(data_parallel).
         type: list
@@ -152,6 +160,7 @@ EXAMPLES = r"""
       name: "{{ vllm_serve_image }}"
       vllm_version: "{{ probe.vllm.version if probe.vllm else '' }}"
       has_ray: "{{ probe.packages.ray is not none }}"
+      ray_version: "{{ probe.packages.ray or '' }}"
       multinode_modes: "{{ probe.vllm.multinode_modes if probe.vllm else [] }}"
     backend: "{{ vllmops_backend | default('auto') }}"
     tensor_parallel_size: "{{ vllm_serve_tensor_parallel_size }}"
@@ -228,6 +237,12 @@ plan:
         - In C(mp-multinode) C(serve_flags) holds C(nnodes), C(node_rank), C(master_addr), C(master_port), and
           C(headless) on workers; otherwise it is empty.
       type: dict
+    ray:
+      description:
+        - How Ray is secured - C(version) (the image's Ray, or null), C(token_auth) (true when the backend is C(ray) and
+          the image's Ray has token authentication) and C(warning) (why Ray runs without authentication, or null).
+      type: dict
+      sample: {version: 2.60.0, token_auth: true, warning: null}
     summary:
       description: The plan in one line.
       type: str
@@ -252,6 +267,7 @@ IMAGE_SPEC = dict(
     name=dict(type="str", required=True),
     vllm_version=dict(type="str"),
     has_ray=dict(type="bool", default=False),
+    ray_version=dict(type="str", default=""),
     multinode_modes=dict(type="list", elements="str", default=[]),
 )
 
@@ -280,6 +296,8 @@ def main():
         plan = make_plan(**module.params)
     except PlanError as err:
         module.fail_json(msg=f"Planning how the cluster runs: {err}")
+    if plan["ray"]["warning"]:
+        module.warn(plan["ray"]["warning"])
     module.exit_json(changed=False, plan=plan, msg=plan["summary"])
 
 

@@ -29,9 +29,10 @@ options:
     elements: str
     default: []
   address:
-    description: Address to listen on.
+    description:
+      - Address to listen on; required with O(tokens). Give the one address the receivers connect to (C(0.0.0.0)
+        listens on every address of the host, where anyone who reaches the host can try tokens).
     type: str
-    default: 0.0.0.0
   port:
     description: TCP port to listen on.
     type: int
@@ -97,7 +98,7 @@ def main():
             image=dict(type="str"),
             archive=dict(type="path"),
             tokens=dict(type="list", elements="str", default=[], no_log=True),
-            address=dict(type="str", default="0.0.0.0"),
+            address=dict(type="str"),
             port=dict(type="int", default=29700),
             deadline=dict(type="int", default=3600),
             docker_host=dict(type="str", default=DEFAULT_HOST, fallback=(env_fallback, ["DOCKER_HOST"])),
@@ -119,6 +120,8 @@ def main():
                                      "or name another source (image_source_host / image_archive)")
         image_id, tags, size = found
         result = dict(changed=False, image_id=image_id, repo_tags=tags, size_bytes=size)
+        if params["tokens"] and not params["address"]:
+            module.fail_json(msg="serving the image: no address to listen on: give the address the receivers connect to")
         if params["tokens"] and not module.check_mode:
             source = ImageStream(docker, image=params["image"], archive=params["archive"])
             sent = serve(source, params["address"], params["port"], params["tokens"], params["deadline"])

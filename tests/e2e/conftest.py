@@ -102,7 +102,8 @@ class Sandbox:
                               capture_output=True, text=True, timeout=600)
 
     def deploy(self, serve_args: dict | None = None, tags: str = "vllm_serve",
-               extra: dict | None = None, inventory: Path = INVENTORY) -> subprocess.CompletedProcess:
+               extra: dict | None = None, inventory: Path = INVENTORY, args: tuple[str, ...] = (),
+               echo: bool = True) -> subprocess.CompletedProcess:
         extra = dict(extra or {})
         if serve_args is not None:
             extra["vllm_serve_args"] = serve_args
@@ -112,11 +113,12 @@ class Sandbox:
                    ANSIBLE_CALLBACK_RESULT_FORMAT="yaml")
         try:
             proc = subprocess.run([str(BIN / "ansible-playbook"), "deploy.yml", "-i", str(inventory), "--tags", tags,
-                                   "-e", f"@{handle.name}"], cwd=ROOT, env=env, capture_output=True, text=True,
+                                   "-e", f"@{handle.name}", *args], cwd=ROOT, env=env, capture_output=True, text=True,
                                   timeout=900)
         finally:
             os.unlink(handle.name)
-        print(proc.stdout[-6000:], proc.stderr[-2000:])
+        if echo:
+            print(proc.stdout[-6000:], proc.stderr[-2000:])
         return proc
 
 

@@ -12,6 +12,7 @@ import sys
 from conftest import ROOT
 
 RAY_UNITS = {0: "vllmops-ray-head", 1: "vllmops-ray-worker"}
+RAY_TOKEN, RAY_SESSIONS = "/etc/vllmops/ray/auth_token", "/var/lib/vllmops/ray"
 
 
 def _standin_archive() -> str:
@@ -34,6 +35,10 @@ def test_switch_between_ray_and_the_ray_free_mode(sandbox, poller):
     assert "--distributed-executor-backend ray" in sandbox.unit(sandbox.head).replace("\\\n", "")
     assert sandbox.unit(sandbox.worker) == ""
     assert sandbox.complete()["choices"][0]["text"]
+    # the stand-in's Ray (2.60) has token authentication: a 0600 token on each node, Ray's session files closed
+    for i, node in enumerate(sandbox.nodes):
+        assert sandbox.on(node, "stat", "--format", "%a", RAY_TOKEN, RAY_SESSIONS).split() == ["600", "700"], node
+        assert "RAY_AUTH_TOKEN_PATH=" + RAY_TOKEN in sandbox.unit(node, RAY_UNITS[i]).replace("\\\n", "")
 
     # 2. the real image has no Ray: asking for Ray is refused, with Ray and vLLM untouched
     before = sandbox.container(sandbox.head)
@@ -61,3 +66,4 @@ def test_switch_between_ray_and_the_ray_free_mode(sandbox, poller):
     assert sandbox.complete()["system_fingerprint"].startswith("vllm-0.32.0-tp2")
     for i, node in enumerate(sandbox.nodes):
         assert sandbox.unit(node, RAY_UNITS[i]) == "" and not sandbox.active(node, RAY_UNITS[i])
+        assert sandbox.on(node, "ls", "/etc/vllmops", check=False).split().count("ray") == 0, "Ray's token left behind"

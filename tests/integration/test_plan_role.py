@@ -83,3 +83,14 @@ def test_a_play_on_fewer_hosts_than_the_inventory_is_refused(tmp_path):
     rc, out, plans = plan(tmp_path, None, ["ray", "native"], limit="n1")
     assert rc != 0 and plans == {}
     assert "n2 failed earlier in this run or were left out by --limit" in out
+
+
+@pytest.mark.parametrize(("ray_version", "token_auth"), [("2.40.0", False), ("2.60.0", True)])
+def test_ray_runs_with_token_auth_where_the_image_has_it_and_warns_where_not(tmp_path, ray_version, token_auth):
+    rc, out, plans = plan(tmp_path, ray_version, ["ray", "native"], backend="ray")
+    assert rc == 0, out[-3000:]
+    assert {key: plans["n1"]["ray"][key] for key in ("version", "token_auth")} == {"version": ray_version,
+                                                                                   "token_auth": token_auth}
+    warning = f"demo/vllm:1 has Ray {ray_version}, which has no token authentication (Ray >= 2.52 has it)"
+    assert (warning in out) is not token_auth, out[-3000:]
+    assert ("(no auth: Ray 2.40.0)" if not token_auth else "(token auth)") in plans["n1"]["summary"]

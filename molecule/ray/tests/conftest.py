@@ -43,8 +43,7 @@ class Cluster:
         self.addresses = {item["instance"]: item["address"] for item in instances}
         # The API as a client reaches it: the proxy on the head, https checked against the CA it published.
         self.url = f"https://{self.addresses[HEAD]}:8000"
-        self.tls = ssl.create_default_context(
-            cafile=str(Path.home() / ".vllmops/secrets/vllmops-molecule-ray/api-ca.crt"))
+        self.tls = ssl.create_default_context(cafile=str(self.ephemeral / "secrets" / "api-ca.crt"))
         self.vars = yaml.safe_load((SCENARIO / "molecule.yml").read_text())["provisioner"]["inventory"]["group_vars"]["vllm_nodes"]
         self.node3_inventory = self.ephemeral / "node3.yml"
         self.node3_inventory.write_text(yaml.safe_dump({"vllm_nodes": {"hosts": {NODE3: {}}}}))

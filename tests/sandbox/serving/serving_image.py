@@ -8,8 +8,9 @@
 
 Built locally on the node rootfs (Debian bookworm, Python 3.11; no registry
 is reachable here):
-- the real `ray` package (CPU) and its dependencies, from PyPI wheels
-  installed where pip puts them, with `ray` on PATH;
+- the real `ray` package (CPU, 2.60: token authentication) and its
+  dependencies, from PyPI wheels installed where pip puts them, with `ray`
+  on PATH;
 - the real vLLM sources of the newest tested release, laid out as pip
   installs them (image_probe reads them: version, flags, architectures);
 - /usr/local/bin/vllm: the inference stand-in (vllm_standin.py) with the
@@ -37,10 +38,11 @@ REPO = "vllmops-test/serving"
 SANDBOX_NAME = "vllmops-sandbox/vllm-openai:v" + vllm_sources.TESTED_VERSIONS[-1]
 ARCHIVES = vllm_sources.CACHE.parent / "images"
 VLLM_VERSION = vllm_sources.TESTED_VERSIONS[-1]
-# ray 2.40's generated protobuf code predates protobuf 5. typing_extensions is named because pip evaluates
-# environment markers with the interpreter that runs it, not --python-version: run from Python 3.13, it drops
-# referencing's `typing-extensions; python_version < "3.13"`, and Ray's jsonschema then fails to import on 3.11.
-RAY = ["ray==2.40.0", "protobuf<5", "typing_extensions>=4.4"]
+# A Ray with token authentication (>= 2.52), so that the Ray stories run with it
+# on; an image without it (the plan's warning) is covered by the plan's tests.
+# pip evaluates dependency markers for the Python it runs on (3.12+ here), not
+# the image's 3.11: typing_extensions (python_version < "3.13") is named.
+RAY = ["ray==2.60.0", "typing_extensions>=4.4"]
 FLAGS = HERE.parent.parent / "fixtures" / "vllm" / "serve_flags" / f"{VLLM_VERSION}.json"
 SITE = "/usr/local/lib/python3.11/dist-packages"
 WHEELS = vllm_sources.CACHE.parent / "wheels" / "serving"

@@ -161,3 +161,37 @@ def test_impossible_clusters_are_refused_with_hosts_and_fix(nodes, image, kwargs
         plan(nodes, image, **kwargs)
     for fragment in fragments:
         assert fragment in str(raised.value)
+
+
+# Ray's token authentication (Ray >= 2.52): on with backend ray when the image's Ray has it, else a warning naming
+# the image's Ray version.
+@pytest.mark.parametrize(("image", "backend", "expected"), [
+    (dict(OLD_RAY, ray_version="2.60.0"), "auto", {"version": "2.60.0", "token_auth": True}),
+    (dict(OLD_RAY, ray_version="2.52.0"), "auto", {"version": "2.52.0", "token_auth": True}),
+    (dict(OLD_RAY, ray_version="2.53.0rc1"), "auto", {"version": "2.53.0rc1", "token_auth": True}),
+    (dict(OLD_RAY, ray_version="3.0.0.dev0"), "auto", {"version": "3.0.0.dev0", "token_auth": True}),
+    (dict(OLD_RAY, ray_version="2.51.2"), "auto", {"version": "2.51.2", "token_auth": False}),
+    (dict(OLD_RAY, ray_version="2.40.0"), "auto", {"version": "2.40.0", "token_auth": False}),
+    (dict(OLD_RAY, ray_version="1.13.0"), "auto", {"version": "1.13.0", "token_auth": False}),
+    (OLD_RAY, "auto", {"version": None, "token_auth": False}),                     # Ray present, version unknown
+    (dict(NEW_RAY, ray_version="2.60.0"), "auto", {"version": "2.60.0", "token_auth": False}),  # mp: no Ray runs
+], ids=["2.60", "2.52 (the first)", "a release candidate", "a dev build", "2.51", "2.40", "1.x", "unknown", "mp backend"])
+def test_ray_runs_with_token_auth_where_the_image_has_it(image, backend, expected):
+    ray = plan(TWO, image, backend=backend)["ray"]
+    assert {key: ray[key] for key in expected} == expected
+
+
+def test_a_ray_without_auth_is_named_in_a_warning_and_the_summary():
+    result = plan(TWO, dict(OLD_RAY, ray_version="2.40.0"), ray_port=6380)
+    warning = result["ray"]["warning"]
+    assert "vllm/vllm-openai:v0.10.0 has Ray 2.40.0, which has no token authentication (Ray >= 2.52 has it)" in warning
+    assert "the GCS on :6380" in warning and "firewall" in warning
+    assert "Ray on :6380 (no auth: Ray 2.40.0)" in result["summary"]
+    authed = plan(TWO, dict(OLD_RAY, ray_version="2.60.0"))
+    assert authed["ray"]["warning"] is None and "Ray on :6379 (token auth)" in authed["summary"]
+    assert plan(TWO, NEW)["ray"]["warning"] is None  # no Ray runs: nothing to warn about
+
+
+def test_a_ray_version_alone_says_the_image_has_ray():
+    result = plan(TWO, dict(OLD_NO_RAY, ray_version="2.60.0"))
+    assert result["backend"] == "ray" and result["ray"]["token_auth"] is True
