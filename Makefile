@@ -9,6 +9,9 @@ SANDBOX_NODES ?= 2
 # its own, so that the API can be opened to it (vllmops_api_allowed_cidrs)
 # while the firewall keeps every other cluster port for the nodes.
 SANDBOX_MGMT_CIDR ?= 10.87.0.0/24
+# The cluster network (NCCL, Ray, the rendezvous). Another network holding
+# either subnet stops `make sandbox` with its name.
+SANDBOX_CLUSTER_CIDR ?= 10.88.0.0/24
 
 .PHONY: venv venv-oldest test sandbox sandbox-down build clean
 
@@ -38,7 +41,7 @@ test: venv
 
 sandbox: venv
 	$(PY) tests/sandbox/nodes.py up --prefix $(SANDBOX_PREFIX) --count $(SANDBOX_NODES) \
-	  --network $(SANDBOX_PREFIX)-mgmt=$(SANDBOX_MGMT_CIDR) --network $(SANDBOX_PREFIX)-cluster=10.88.0.0/24 \
+	  --network $(SANDBOX_PREFIX)-mgmt=$(SANDBOX_MGMT_CIDR) --network $(SANDBOX_PREFIX)-cluster=$(SANDBOX_CLUSTER_CIDR) \
 	  --gpus gb10:1 --gpus gb10:1 --copy "$$($(PY) tests/sandbox/gpu/toolkit_repo.py build):/srv/vllmops-nvidia-repo" \
 	  --copy "$$($(PY) tests/sandbox/serving/real_vllm.py model)/.:/srv/models/sandbox-tiny" \
 	  --inventory inventories/sandbox/hosts.yml --var image_archive=$$($(PY) tests/sandbox/serving/real_vllm.py archive) \

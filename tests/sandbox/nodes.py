@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import ipaddress
 import json
 import os
 import shutil
@@ -181,9 +182,27 @@ def ensure_network(spec: str, prefix: str) -> str:
     """NAME or NAME=SUBNET; returns the name."""
     name, _, subnet = spec.partition("=")
     if run(["docker", "network", "inspect", name], check=False).returncode != 0:
+        if subnet:
+            refuse_overlap(name, subnet)
         run(["docker", "network", "create", "--label", f"{LABEL}={prefix}",
              *(["--subnet", subnet] if subnet else []), name])
     return name
+
+
+def refuse_overlap(name: str, subnet: str) -> None:
+    """Docker refuses a subnet another network holds ("Pool overlaps with other one on this address space")
+    without saying which: name it, and how to remove it when it is a sandbox's leftover."""
+    wanted = ipaddress.ip_network(subnet, strict=False)
+    ids = run(["docker", "network", "ls", "--quiet"]).stdout.split()
+    for network in json.loads(run(["docker", "network", "inspect", *ids]).stdout) if ids else []:
+        for config in (network.get("IPAM") or {}).get("Config") or []:
+            held = ipaddress.ip_network(config.get("Subnet") or "::/128", strict=False)
+            if held.version == wanted.version and held.overlaps(wanted):
+                owner = (network.get("Labels") or {}).get(LABEL)
+                how = (f"it is a sandbox's leftover: `{sys.argv[0]} down --prefix {owner}` removes it" if owner
+                       else "remove it, or give this network another subnet")
+                raise SandboxError(f"network {name} wants {subnet}, which overlaps {held} of network "
+                                   f"{network['Name']}; {how}")
 
 
 def node_running(name: str, image: str) -> bool:
