@@ -168,7 +168,16 @@ class Run:
             self.doc = {}
 
     def __str__(self) -> str:
-        return f"rc {self.rc}\n{self.stdout[-4000:]}\n{self.stderr[-2000:]}"
+        failed = "\n".join(self.failures())
+        return f"rc {self.rc}\n{failed or self.stdout[-4000:]}\n{self.stderr[-2000:]}"
+
+    __repr__ = __str__  # pytest shows an assertion's message object by its repr
+
+    def failures(self) -> list[str]:
+        """Each failed or unreachable task's name, host and message (JSON runs)."""
+        return [f"{task['task']['name']} [{host}]: {str(result.get('msg', ''))[:1500]}"
+                for play in self.doc.get("plays", []) for task in play["tasks"]
+                for host, result in task["hosts"].items() if result.get("failed") or result.get("unreachable")]
 
     def changed(self, host: str) -> int:
         return self.doc["stats"][host]["changed"]
