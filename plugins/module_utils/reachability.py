@@ -6,8 +6,10 @@ Before Ray or vLLM listen, the head binds each cluster port and accepts (and
 closes at once) the workers' test connections; it returns as soon as every
 port was reached the expected number of times, so the ports are free again
 for the service that starts next. A port already in use (our own Ray on a
-re-run, or a listener of a moment ago) answers for itself; binding it is
-retried, so a port freed while the workers check is taken over at once.
+re-run) answers for itself. Binding a busy port is retried only for a moment
+at the start (a listener of a moment ago releasing it), never later: a port
+freed later belongs to the service that freed it - Ray restarting must find
+its GCS port free, not held by this listener.
 """
 
 from __future__ import annotations
@@ -17,17 +19,19 @@ import socket
 import time
 
 
-def listen_until_reached(address, ports, connections, timeout_s, poll_s=0.2):
-    """Listen on address:port for each port until each has accepted `connections`
+def listen_until_reached(address, ports, connections, timeout_s, poll_s=0.2, bind_grace_s=2.0):
+    """Listen on address:port for each port until each port it bound has accepted `connections`
     connections or timeout_s passed. Returns {"accepted": {port: n}, "never_bound": [port...],
-    "complete": bool}; a port never bound was busy the whole time (something else answered)."""
-    deadline = time.monotonic() + timeout_s
+    "complete": bool}; a port never bound was busy for the first bind_grace_s seconds (something else
+    answers on it) and is not waited for."""
+    started = time.monotonic()
+    deadline = started + timeout_s
     pending = set(ports)
     bound = {}
     accepted = {port: 0 for port in ports}
     try:
         while True:
-            for port in sorted(pending):
+            for port in sorted(pending) if time.monotonic() < started + bind_grace_s else []:
                 sock = socket.socket()
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
                 try:
@@ -47,7 +51,8 @@ def listen_until_reached(address, ports, connections, timeout_s, poll_s=0.2):
                 conn, _peer = sock.accept()
                 conn.close()
                 accepted[bound[sock]] += 1
-            complete = not pending and all(accepted[port] >= connections for port in bound.values())
+            binding = bool(pending) and time.monotonic() < started + bind_grace_s
+            complete = not binding and all(accepted[port] >= connections for port in bound.values())
             if connections == 0 or complete or time.monotonic() >= deadline:
                 return {"accepted": accepted, "never_bound": sorted(pending), "complete": complete or connections == 0}
     finally:

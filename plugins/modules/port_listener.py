@@ -11,8 +11,9 @@ version_added: 0.1.0
 description:
   - Binds each port in O(ports) on O(address) and accepts (and closes at once) test connections until every port has
     been reached O(connections) times, or O(timeout) seconds passed; then releases the ports.
-  - A port that is already in use answers for itself (for example the running Ray on a re-run); binding it is retried,
-    so a port freed meanwhile is taken over at once.
+  - A port that is already in use answers for itself (for example the running Ray on a re-run) and is not waited for;
+    binding it is retried for two seconds only (a listener of a moment ago letting go), never later, so that a service
+    restarting meanwhile (Ray) finds its port free.
   - Meant to run with C(async) and C(poll=0) on the head while the workers run M(ansible.builtin.wait_for) against
     it; the nccl role does exactly that before Ray or vLLM listen.
 options:
@@ -57,7 +58,7 @@ accepted:
   returned: always
   type: dict
 never_bound:
-  description: Ports that were in use the whole time (something else answered on them).
+  description: Ports that were in use when it started (something else answers on them).
   returned: always
   type: list
   elements: int
