@@ -2,7 +2,7 @@
 command line is refused before anything changes, naming the setting (never
 its value) and the variable to use; the API key and a secret in
 vllm_serve_env reach vLLM (the key is enforced) through the 0600 environment
-file only - a whole deploy.yml at -vvv prints neither, and neither is in a
+file only - a deploy.yml at -vvv prints neither, and neither is in a
 unit file, a process's arguments or a journal. Leaves the sandbox as the
 inventory describes it."""
 
@@ -48,10 +48,12 @@ def test_a_deploy_at_vvv_prints_no_secret_and_vllm_gets_them_from_its_0600_file(
     found = {"API key": "e2e-key-" + secrets.token_hex(16), "HF token": "hf_e2e" + secrets.token_hex(16)}
     env = dict(sandbox.serve_vars["vllm_serve_env"], HF_TOKEN=found["HF token"])
     try:
-        run = sandbox.deploy(tags="all", extra={"vllm_serve_api_key": found["API key"], "vllm_serve_env": env},
+        # the plays that carry these two (preflight, plan, api_proxy, vllm_serve); molecule ray's rotation story runs
+        # the whole deploy.yml at -vvv with Ray's token and the API key
+        run = sandbox.deploy(extra={"vllm_serve_api_key": found["API key"], "vllm_serve_env": env},
                              args=("-vvv",), echo=False)
         assert run.returncode == 0, run.stdout[-3000:]
-        assert len(run.stdout) > 100_000  # -vvv: every task's result, connection and module transfer
+        assert len(run.stdout) > 50_000  # -vvv: every task's result, connection and module transfer
         assert leaks(run.stdout + run.stderr, found) == [], "the -vvv run printed a secret"
         for node in sandbox.nodes:
             assert sandbox.on(node, "stat", "--format", "%a %U", ENV_FILE) == "600 root"
