@@ -3,7 +3,6 @@ check) -> (action, what it records), and whole runs against a real HTTP server w
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -26,11 +25,8 @@ REFUSED = {"ok": None, "took": 0.01, "what": "completion refused: HTTP 401 {\"er
 
 
 @pytest.fixture(scope="module")
-def health():
-    spec = importlib.util.spec_from_file_location("vllm_health", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def health(load_script):
+    return load_script("vllm_health", SCRIPT)
 
 
 def run_checks(health, checks, state=None, unit=OLD, cfg=CFG, start=NOW, interval=10.0):

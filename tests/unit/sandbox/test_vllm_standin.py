@@ -1,6 +1,5 @@
 """The inference stand-in answers like vLLM from the outside: argparse errors, start-up failures, the HTTP API."""
 
-import importlib.util
 import json
 import os
 import signal
@@ -20,11 +19,8 @@ FLAGS = HERE.parents[2] / "fixtures" / "vllm" / "serve_flags" / "0.33.0.json"
 
 
 @pytest.fixture(scope="module")
-def standin():
-    spec = importlib.util.spec_from_file_location("vllm_standin", STANDIN)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def standin(load_script):
+    return load_script("vllm_standin", STANDIN)
 
 
 @pytest.fixture(scope="module")
