@@ -84,6 +84,11 @@ _value:
       description: Why it is DEGRADED, one phrase per problem; empty when OK.
       type: list
       elements: str
+    document:
+      description:
+        - The same for scripts and monitors (C(status.yml -e status_format=json)); its JSON Schema is
+          C(docs/status.schema.json) (C(schema) C(vllmops.status/1)).
+      type: dict
 """
 
 import json
@@ -213,6 +218,49 @@ def _health(health: dict | None) -> tuple[list[str], list[str]]:
     return lines, problems
 
 
+def _node_document(host: str, node: dict | None, row: tuple, cluster: _Cluster) -> dict:
+    rank = cluster.member(host).get("rank")
+    return {
+        "name": host,
+        "role": "head" if host == cluster.head else "worker",
+        "rank": rank if isinstance(rank, int) and not cluster.on_ray else None,
+        "reachable": node is not None,
+        "address": (node or {}).get("address") or None,
+        "gpus": list((node or {}).get("gpus") or []),
+        "image_id": (node or {}).get("image_id") or None,
+        "vllm_version": (node or {}).get("vllm_version") or None,
+        "units": {name: str(state) for name, state in ((node or {}).get("units") or {}).items()},
+        "in_ray": None if node is None or not cluster.on_ray else row[6] == "yes",
+        "runs_vllm": cluster.runs_vllm(host),
+    }
+
+
+def _document(nodes: dict, rows: list[tuple], cluster: _Cluster, health: dict | None, verdict: str,
+              problems: list[str]) -> dict:
+    record = _record(health or {})
+    watchdog = None
+    if record or (health or {}).get("timer") == "active":
+        watchdog = {"unit": (health or {}).get("unit") or None, "timer": (health or {}).get("timer") or None,
+                    "last_check": record.get("last_check") or None, "checked_at": record.get("checked_at") or None,
+                    "last_event": record.get("last_event") or None}
+    data = ((cluster.api.get("json") or {}).get("data") or []) if cluster.answers else []
+    status = cluster.api.get("status")
+    return {
+        "schema": "vllmops.status/1",
+        "verdict": verdict,
+        "problems": problems,
+        "head": cluster.head,
+        "backend": (cluster.plan or {}).get("backend") or ("ray" if cluster.on_ray else None),
+        "plan": (cluster.plan or {}).get("summary") or None,
+        "api": {"answering": cluster.answers, "status": status if isinstance(status, int) else None,
+                "models": [str(model.get("id")) for model in data]},
+        "ray": {"alive_nodes": int(cluster.ray.get("alive_nodes") or 0), "gpus": cluster.ray.get("gpus") or 0}
+        if cluster.on_ray else None,
+        "nodes": [_node_document(host, node, row, cluster) for (host, node), row in zip(nodes.items(), rows)],
+        "head_watchdog": watchdog,
+    }
+
+
 def status_report(nodes, head, hosts=None, plan=None, ray=None, api=None, health=None):
     nodes = dict(nodes or {})
     if hosts is not None:
@@ -228,7 +276,8 @@ def status_report(nodes, head, hosts=None, plan=None, ray=None, api=None, health
     verdict = "DEGRADED" if problems else "OK"
     lines = [ROW % HEADER, *(ROW % row for row in rows), f"served model: {cluster.served()}; {backend}", *health_lines,
              f"{verdict}: {'; '.join(problems)}" if problems else verdict]
-    return {"lines": lines, "text": "\n".join(lines), "verdict": verdict, "problems": problems}
+    return {"lines": lines, "text": "\n".join(lines), "verdict": verdict, "problems": problems,
+            "document": _document(nodes, rows, cluster, health, verdict, problems)}
 
 
 class FilterModule:

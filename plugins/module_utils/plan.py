@@ -249,6 +249,8 @@ def make_plan(nodes, image, backend="auto", tensor_parallel_size=0, pipeline_par
         "image_id": image.get("id"),
         "image": image.get("name"),
         "vllm_version": image.get("vllm_version"),
+        "model_path": model_path,
+        "model_dir": model_dir,
         "serve_flags": {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "distributed_executor_backend": chosen},
         "members": _members(nodes, head, mode, head_address, master_port, ray_units or RAY_UNITS),
         "ray": _ray(chosen, image, ray_port),

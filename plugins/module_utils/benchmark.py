@@ -1,0 +1,164 @@
+# Copyright: vllmops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The benchmark playbook's results: one row per concurrency from the JSON
+`vllm bench serve --save-result` writes, the stamp of what was measured, a
+Markdown table that compares with the previous result, and the file names in
+the results directory. Pure functions (the plot is the module's)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+SCHEMA = "vllmops.benchmark/1"
+
+# (row key, key in vllm bench serve's result JSON)
+METRICS = (
+    ("output_tok_s", "output_throughput"),
+    ("total_tok_s", "total_token_throughput"),
+    ("request_s", "request_throughput"),
+    ("ttft_median_ms", "median_ttft_ms"),
+    ("ttft_p99_ms", "p99_ttft_ms"),
+    ("itl_median_ms", "median_itl_ms"),
+    ("itl_p99_ms", "p99_itl_ms"),
+    ("tpot_median_ms", "median_tpot_ms"),
+    ("tpot_p99_ms", "p99_tpot_ms"),
+)
+
+# (column title, row key, digits) of the Markdown table.
+COLUMNS = (
+    ("output tok/s", "output_tok_s", 1),
+    ("requests/s", "request_s", 2),
+    ("TTFT median ms", "ttft_median_ms", 1),
+    ("TTFT p99 ms", "ttft_p99_ms", 1),
+    ("ITL median ms", "itl_median_ms", 2),
+    ("ITL p99 ms", "itl_p99_ms", 2),
+)
+
+
+class BenchmarkError(ValueError):
+    pass
+
+
+def _number(value):
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def row(result: dict, concurrency: int) -> dict:
+    """One level of the sweep from vllm bench serve's result JSON."""
+    if not isinstance(result, dict) or "completed" not in result:
+        raise BenchmarkError(f"the result at concurrency {concurrency} is not vllm bench serve's result JSON")
+    out = {
+        "concurrency": int(result.get("max_concurrency") or concurrency),
+        "prompts": int(result.get("num_prompts") or 0),
+        "completed": int(result.get("completed") or 0),
+        "failed": int(result.get("failed") or 0),
+        "duration_s": _number(result.get("duration")),
+        "output_tokens": int(result.get("total_output_tokens") or 0),
+    }
+    for key, source in METRICS:
+        out[key] = _number(result.get(source))
+    return out
+
+
+def rows(results: list) -> list[dict]:
+    """The sweep's rows, ordered by concurrency. results: [{concurrency, result}]."""
+    return sorted((row(item["result"], item["concurrency"]) for item in results), key=lambda r: r["concurrency"])
+
+
+def problems(sweep: list[dict]) -> list[str]:
+    """What makes a sweep not a measurement: requests that failed, none completed."""
+    found = []
+    for level in sweep:
+        if level["completed"] == 0:
+            found.append(f"concurrency {level['concurrency']}: no request completed")
+        elif level["failed"]:
+            found.append(f"concurrency {level['concurrency']}: {level['failed']} of "
+                         f"{level['completed'] + level['failed']} requests failed")
+    return found
+
+
+def file_stem(stamp: dict) -> str:
+    """<UTC time>-<model>: sorts by time, says what was measured."""
+    when = re.sub(r"[^0-9T]", "", stamp["time"].split(".")[0])[:15]
+    model = re.sub(r"[^A-Za-z0-9._-]+", "_", str(stamp.get("model") or "model")).strip("_")[:60]
+    return f"{when}Z-{model}"
+
+
+def previous(directory: str, exclude: str = "") -> dict | None:
+    """The newest earlier result in directory (by its stamp's time), or None."""
+    found = []
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return None
+    for name in names:
+        path = os.path.join(directory, name)
+        if not name.endswith(".json") or path == exclude:
+            continue
+        try:
+            with open(path, encoding="utf-8") as handle:
+                document = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        if isinstance(document, dict) and document.get("schema") == SCHEMA:
+            found.append((document["stamp"].get("time", ""), path, document))
+    if not found:
+        return None
+    _, path, document = max(found, key=lambda item: item[0])
+    document["path"] = path
+    return document
+
+
+def _cell(value, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _change(now, before) -> str:
+    if now is None or not before:
+        return ""
+    return f" ({(now - before) / before * 100:+.0f} %)"
+
+
+def _stamp_lines(stamp: dict) -> list[str]:
+    gpus = stamp.get("gpus")
+    return [
+        f"- model: {stamp.get('model')} ({stamp.get('model_path') or '-'})",
+        f"- image: {stamp.get('image')} ({str(stamp.get('image_id') or '-')[:19]}), vLLM {stamp.get('vllm_version') or '-'}",
+        f"- cluster: {stamp.get('backend')} backend, {len(stamp.get('nodes') or [])} node(s) "
+        f"({', '.join(stamp.get('nodes') or [])}), {gpus} GPU(s), TP {stamp.get('tensor_parallel_size')} "
+        f"x PP {stamp.get('pipeline_parallel_size')}",
+        f"- flags: {json.dumps(stamp.get('flags') or {}, sort_keys=True)}",
+        f"- load: {stamp.get('input_len')} prompt + {stamp.get('output_len')} output tokens (random), "
+        f"through {stamp.get('url')}",
+        f"- measured: {stamp.get('time')}{' - ' + stamp['label'] if stamp.get('label') else ''}",
+    ]
+
+
+def markdown(document: dict, before: dict | None) -> str:
+    """The report: what was measured, one row per concurrency, and the change
+    against the previous result at the same concurrency."""
+    earlier = {level["concurrency"]: level for level in (before or {}).get("rows", [])}
+    titles = ["concurrency"] + [title for title, _, _ in COLUMNS]
+    lines = [f"# vLLM benchmark: {document['stamp'].get('model')}", "", *_stamp_lines(document["stamp"]), ""]
+    lines += ["| " + " | ".join(titles) + " |", "|" + "---:|" * len(titles)]
+    for level in document["rows"]:
+        old = earlier.get(level["concurrency"], {})
+        cells = [str(level["concurrency"])]
+        for _, key, digits in COLUMNS:
+            cells.append(_cell(level[key], digits) + _change(level[key], old.get(key)))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    if before:
+        lines.append(f"Changes in parentheses: against {os.path.basename(before['path'])} "
+                     f"({before['stamp'].get('time')}, image {str(before['stamp'].get('image_id') or '-')[:19]}).")
+        differs = [key for key in ("image_id", "vllm_version", "flags", "nodes", "backend", "input_len", "output_len")
+                   if before["stamp"].get(key) != document["stamp"].get(key)]
+        if differs:
+            lines.append(f"What differs from it: {', '.join(differs)}.")
+    else:
+        lines.append("No earlier result in this directory to compare with.")
+    if document.get("problems"):
+        lines += ["", "Problems: " + "; ".join(document["problems"]) + "."]
+    return "\n".join(lines) + "\n"
