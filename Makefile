@@ -45,7 +45,7 @@ sandbox: venv
 	  --gpus gb10:1 --gpus gb10:1 --copy "$$($(PY) tests/sandbox/gpu/toolkit_repo.py build):/srv/vllmops-nvidia-repo" \
 	  --copy "$$($(PY) tests/sandbox/serving/real_vllm.py model)/.:/srv/models/sandbox-tiny" \
 	  --inventory inventories/sandbox/hosts.yml --var image_archive=$$($(PY) tests/sandbox/serving/real_vllm.py archive) \
-	  --var 'vllmops_api_allowed_cidrs=["$(SANDBOX_MGMT_CIDR)"]' >/dev/null
+	  --var 'vllmops_api_allowed_cidrs=["$(SANDBOX_MGMT_CIDR)"]' --var 'vllmops_metrics_allowed_cidrs=["$(SANDBOX_MGMT_CIDR)"]' >/dev/null
 	ansible-playbook deploy.yml -i inventories/sandbox
 	$(PY) tests/sandbox/endpoint.py inventories/sandbox
 

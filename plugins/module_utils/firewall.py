@@ -30,13 +30,16 @@ class FirewallError(ValueError):
 
 @dataclass(frozen=True)
 class Policy:
-    """Members reach every filtered port; API sources reach the API ports; nobody else reaches either."""
+    """Members reach every filtered port; API sources reach the API ports, metrics sources the
+    metrics ports (the exporters'); nobody else reaches any of them."""
 
     table: str
     members: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
     api_sources: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
     filtered_ports: tuple[tuple[int, int], ...]
     api_ports: tuple[tuple[int, int], ...]
+    metrics_sources: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+    metrics_ports: tuple[tuple[int, int], ...] = ()
 
 
 # --- ports ---------------------------------------------------------------------------
@@ -106,11 +109,11 @@ def parse_networks(values, what: str) -> tuple[ipaddress.IPv4Network | ipaddress
 # --- the policy ----------------------------------------------------------------------
 
 def build_policy(*, members, cluster_ports, api_ports=(), api_sources=(), ephemeral_ports=None,
-                 protected_ports=(), table: str = "vllmops") -> Policy:
+                 protected_ports=(), table: str = "vllmops", metrics_ports=(), metrics_sources=()) -> Policy:
     """The policy from the settings, or FirewallError naming the value to fix.
 
     cluster_ports: ports and ranges only members reach. api_ports: ports members and
-    api_sources reach. ephemeral_ports: a range (the node's ip_local_port_range) where
+    api_sources reach; metrics_ports (the exporters'): members and metrics_sources. ephemeral_ports: a range (the node's ip_local_port_range) where
     NCCL, Gloo and ZMQ bind; members only, like the cluster ports; None = not filtered.
     protected_ports: ports never filtered (SSH): a cluster or API port among them is
     refused, and they are cut out of the ephemeral range.
@@ -122,18 +125,21 @@ def build_policy(*, members, cluster_ports, api_ports=(), api_sources=(), epheme
         raise FirewallError("firewall members: no address; the cluster's members must be known before their ports are closed to others")
     protected = sorted({parse_ports(port, "SSH port")[0] for port in protected_ports})
     explicit = {"cluster port": [parse_ports(p, "cluster port") for p in cluster_ports],
-                "API port": [parse_ports(p, "API port") for p in api_ports]}
+                "API port": [parse_ports(p, "API port") for p in api_ports],
+                "metrics port": [parse_ports(p, "metrics port") for p in metrics_ports]}
     for kind, ranges in explicit.items():
         for port in protected:
             if in_ranges(port, ranges):
                 raise FirewallError(
                     f"{kind}s {', '.join(_port_text(r) for r in ranges)} include {port}, the SSH port: the firewall never "
                     "filters SSH; move that service to another port")
-    filtered = explicit["cluster port"] + explicit["API port"]
+    filtered = explicit["cluster port"] + explicit["API port"] + explicit["metrics port"]
     if ephemeral_ports not in (None, ""):
         filtered += subtract_ports([parse_ports(ephemeral_ports, "ephemeral ports")], protected)
     return Policy(table=table, members=member_networks, api_sources=parse_networks(api_sources, "API allowed CIDRs"),
-                  filtered_ports=tuple(merge_ranges(filtered)), api_ports=tuple(merge_ranges(explicit["API port"])))
+                  filtered_ports=tuple(merge_ranges(filtered)), api_ports=tuple(merge_ranges(explicit["API port"])),
+                  metrics_sources=parse_networks(metrics_sources, "metrics allowed CIDRs"),
+                  metrics_ports=tuple(merge_ranges(explicit["metrics port"])))
 
 
 def verdict(policy: Policy, source: str, port: int) -> str:
@@ -142,6 +148,8 @@ def verdict(policy: Policy, source: str, port: int) -> str:
     if any(address in network for network in policy.members):
         return "accept"
     if in_ranges(port, policy.api_ports) and any(address in network for network in policy.api_sources):
+        return "accept"
+    if in_ranges(port, policy.metrics_ports) and any(address in network for network in policy.metrics_sources):
         return "accept"
     return "drop" if in_ranges(port, policy.filtered_ports) else "accept"
 
@@ -173,13 +181,15 @@ def _body(policy: Policy) -> list[str]:
         if members:
             lines += _set(f"members_v{version}", f"ipv{version}_addr", members)
             rules.append(f"\t\t{family} saddr @members_v{version} accept")
-    for version, family in ((4, "ip"), (6, "ip6")):
-        sources = [_network_text(n) for n in policy.api_sources if n.version == version]
-        if sources and policy.api_ports:
-            lines += _set(f"api_clients_v{version}", f"ipv{version}_addr", sources)
-            rules.append(f"\t\ttcp dport @api_ports {family} saddr @api_clients_v{version} accept")
-    if policy.api_ports:
-        lines += _set("api_ports", "inet_service", [_port_text(r) for r in policy.api_ports])
+    for kind, sources_all, ports in (("api", policy.api_sources, policy.api_ports),
+                                     ("metrics", policy.metrics_sources, policy.metrics_ports)):
+        for version, family in ((4, "ip"), (6, "ip6")):
+            sources = [_network_text(n) for n in sources_all if n.version == version]
+            if sources and ports:
+                lines += _set(f"{kind}_clients_v{version}", f"ipv{version}_addr", sources)
+                rules.append(f"\t\ttcp dport @{kind}_ports {family} saddr @{kind}_clients_v{version} accept")
+        if ports:
+            lines += _set(f"{kind}_ports", "inet_service", [_port_text(r) for r in ports])
     if policy.filtered_ports:
         lines += _set("cluster_ports", "inet_service", [_port_text(r) for r in policy.filtered_ports])
         rules.append("\t\ttcp dport @cluster_ports drop")
@@ -219,4 +229,6 @@ def describe(policy: Policy) -> dict:
     return {"table": f"inet {policy.table}", "members": [_network_text(n) for n in policy.members],
             "api_clients": [_network_text(n) for n in policy.api_sources],
             "filtered_ports": [_port_text(r) for r in policy.filtered_ports],
-            "api_ports": [_port_text(r) for r in policy.api_ports], "digest": digest(policy)}
+            "api_ports": [_port_text(r) for r in policy.api_ports],
+            "metrics_clients": [_network_text(n) for n in policy.metrics_sources],
+            "metrics_ports": [_port_text(r) for r in policy.metrics_ports], "digest": digest(policy)}

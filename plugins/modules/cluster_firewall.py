@@ -11,7 +11,8 @@ version_added: 0.1.0
 description:
   - Builds one nftables table (family C(inet), named O(table)) whose input chain drops new TCP connections to
     O(cluster_ports) and to the node's ephemeral port range (O(ephemeral_ports)) unless they come from O(members),
-    and to O(api_ports) unless they come from O(members) or O(api_allowed_cidrs). Everything else passes the table
+    and to O(api_ports) unless they come from O(members) or O(api_allowed_cidrs), and to O(metrics_ports) unless
+    they come from O(members) or O(metrics_allowed_cidrs). Everything else passes the table
     untouched (policy accept); other tables (Docker's, the distribution's, an operator's) are never flushed or
     changed, and services the table does not list stay reachable.
   - Before anything is loaded, the connection O(ssh_client) -> O(ssh_ports) is checked against the new rules and the
@@ -55,6 +56,16 @@ options:
     default: []
   api_allowed_cidrs:
     description: Addresses or CIDRs besides the members that reach O(api_ports).
+    type: list
+    elements: str
+    default: []
+  metrics_ports:
+    description: TCP ports of metrics exporters (node exporter) that members and O(metrics_allowed_cidrs) reach.
+    type: list
+    elements: str
+    default: []
+  metrics_allowed_cidrs:
+    description: Addresses or CIDRs besides the members that reach O(metrics_ports) (a Prometheus server).
     type: list
     elements: str
     default: []
@@ -199,7 +210,8 @@ def _present(module, nft, params):
         policy = build_policy(members=params["members"], cluster_ports=params["cluster_ports"],
                               api_ports=params["api_ports"], api_sources=params["api_allowed_cidrs"],
                               ephemeral_ports=_ephemeral(module, params["ephemeral_ports"]),
-                              protected_ports=params["ssh_ports"], table=params["table"])
+                              protected_ports=params["ssh_ports"], table=params["table"],
+                              metrics_ports=params["metrics_ports"], metrics_sources=params["metrics_allowed_cidrs"])
     except FirewallError as err:
         module.fail_json(msg=f"building the firewall: {err}")
     client = params["ssh_client"]
@@ -247,6 +259,8 @@ def main():
             cluster_ports=dict(type="list", elements="str", default=[]),
             api_ports=dict(type="list", elements="str", default=[]),
             api_allowed_cidrs=dict(type="list", elements="str", default=[]),
+            metrics_ports=dict(type="list", elements="str", default=[]),
+            metrics_allowed_cidrs=dict(type="list", elements="str", default=[]),
             ephemeral_ports=dict(type="str", default="auto"),
             ssh_ports=dict(type="list", elements="int", default=[22]),
             ssh_client=dict(type="str"),
