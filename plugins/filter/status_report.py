@@ -256,7 +256,7 @@ def _document(nodes: dict, rows: list[tuple], cluster: _Cluster, health: dict | 
                 "models": [str(model.get("id")) for model in data]},
         "ray": {"alive_nodes": int(cluster.ray.get("alive_nodes") or 0), "gpus": cluster.ray.get("gpus") or 0}
         if cluster.on_ray else None,
-        "nodes": [_node_document(host, node, row, cluster) for (host, node), row in zip(nodes.items(), rows)],
+        "nodes": [_node_document(host, node, row, cluster) for (host, node), row in zip(nodes.items(), rows, strict=True)],
         "head_watchdog": watchdog,
     }
 

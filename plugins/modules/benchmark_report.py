@@ -87,7 +87,6 @@ import os
 import traceback
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
 from ansible_collections.vllmops.cluster.plugins.module_utils import benchmark
 
 try:

@@ -141,6 +141,15 @@ def test_the_api_is_open_to_the_allowed_cidr_only(sandbox, outsider, nodes):
     assert sandbox.healthy()  # the controller, on the allowed network
 
 
+def test_the_node_exporters_answer_the_metrics_cidr_only(sandbox, outsider, nodes):
+    # vllmops_metrics_allowed_cidrs is the management network (the outsider's, and this machine's Prometheus)
+    for node in sandbox.nodes:
+        assert outsider.connect(nodes[node]["mgmt"], 9100, timeout=3) == "open"
+        # the same exporter at the node's cluster address: the outsider is neither a member nor a metrics client there
+        assert outsider.connect(nodes[node]["cluster"], 9100, timeout=3) == "timeout"
+        assert _from_member(sandbox, nodes[node]["cluster"], 9100) == "open"
+
+
 def test_the_outsider_needs_the_key_on_every_route_and_is_served_with_it(sandbox, outsider, nodes):
     """From the allowed network, through the proxy as any client: no key, no inference - also on
     /invocations, which vLLM's own key leaves open; with the key, a real completion."""
