@@ -1,7 +1,9 @@
 """status.yml's table: table of (what the nodes reported, plan, Ray, API) -> the text and verdict an operator reads."""
 
 import json
+from pathlib import Path
 
+import jsonschema
 import pytest
 from ansible_collections.vllmops.cluster.plugins.filter.status_report import status_report
 
@@ -180,3 +182,35 @@ def test_a_record_already_parsed_reads_the_same():
     as_text = status_report(MP_NODES, "spark-1", plan=plan("mp"), api=API_OK, health=watchdog(RESTARTED))
     as_dict = status_report(MP_NODES, "spark-1", plan=plan("mp"), api=API_OK, health={**watchdog(RESTARTED), "record": RESTARTED})
     assert as_text == as_dict
+
+
+# --- status_format=json: the same report for scripts, as docs/status.schema.json says -----------
+SCHEMA = json.loads((Path(__file__).resolve().parents[4] / "docs/status.schema.json").read_text())
+
+
+@pytest.mark.parametrize(("nodes", "backend", "ray_info", "api", "health"), [
+    pytest.param(MP_NODES, "mp", None, API_OK, watchdog(RESTARTED), id="mp healthy, a restart on record"),
+    pytest.param(RAY_NODES, "ray", ray("10.66.0.11", "10.66.0.12"), API_OK, None, id="ray healthy"),
+    pytest.param({**RAY_NODES, "spark-2": None}, "ray", ray("10.66.0.11"), API_DOWN, watchdog(HELD), id="ray degraded"),
+    pytest.param({**MP_NODES, "spark-2": None}, None, None, API_DOWN, watchdog("not json", timer="inactive"),
+                 id="no plan, a host unreachable"),
+])
+def test_the_json_document_follows_its_schema_and_says_what_the_table_says(nodes, backend, ray_info, api, health):
+    report = status_report(nodes, "spark-1", plan=plan(backend) if backend else None, ray=ray_info, api=api, health=health)
+    document = report["document"]
+    jsonschema.validate(document, SCHEMA)
+    assert (document["verdict"], document["problems"]) == (report["verdict"], report["problems"])
+    assert [node["name"] for node in document["nodes"]] == list(nodes)
+    assert [node["reachable"] for node in document["nodes"]] == [value is not None for value in nodes.values()]
+    assert document["api"]["answering"] == (api is API_OK)
+    on_ray = backend in ("ray", None)
+    assert (document["ray"] is None) == (not on_ray)
+    assert [node["rank"] for node in document["nodes"]] == ([None, None] if on_ray else [0, 1])
+
+
+def test_the_schema_refuses_what_scripts_must_not_get():
+    document = status_report(MP_NODES, "spark-1", plan=plan("mp"), api=API_OK)["document"]
+    for broken in ({**document, "verdict": "FINE"}, {**document, "extra": 1},
+                   {**document, "nodes": [{**document["nodes"][0], "rank": "0"}]}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(broken, SCHEMA)

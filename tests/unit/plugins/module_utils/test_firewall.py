@@ -125,11 +125,37 @@ def test_digest_follows_the_rules_only():
     assert live_digest("table inet vllmops {\n}\n") is None
 
 
+# The node exporters (vllmops_node_exporter): members and the metrics CIDRs only.
+METRICS = dict(SANDBOX, metrics_ports=[9100], metrics_sources=["192.0.2.0/28"])
+
+
+@pytest.mark.parametrize(("source", "port", "expected"), [
+    ("192.0.2.5", 9100, "accept"),     # the Prometheus server
+    ("192.0.2.5", 8000, "drop"),       # ...which is no API client
+    ("192.0.2.5", 6379, "drop"),       # ...nor a member
+    ("10.87.0.9", 9100, "drop"),       # an API client is no metrics client
+    ("10.88.0.3", 9100, "accept"),     # members reach the exporters
+])
+def test_metrics_verdicts(source, port, expected):
+    assert verdict(build_policy(**METRICS), source, port) == expected
+
+
+def test_metrics_rules_appear_only_with_metrics_ports():
+    text = render(build_policy(**METRICS))
+    chain = text[text.index("chain input"):]
+    assert chain.index("@metrics_clients_v4 accept") < chain.index("@cluster_ports drop")
+    assert "set metrics_ports" in text and "9100" in text[text.index("set cluster_ports"):]
+    # without them the table (and its digest) is what it was before metrics existed: no reload on upgrade
+    assert "metrics" not in render(build_policy(**SANDBOX))
+    assert digest(build_policy(**dict(SANDBOX, metrics_sources=["192.0.2.0/28"]))) == digest(build_policy(**SANDBOX))
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("nft"), reason="nft -c needs root and nftables")
 @pytest.mark.parametrize("settings", [
     SANDBOX,
     dict(SANDBOX, members=["10.0.0.1", "fd00::1", "fd00::/64"], api_sources=["0.0.0.0/0", "::/0"]),
     dict(SANDBOX, api_sources=[], api_ports=[], ephemeral_ports=None),
+    dict(METRICS, metrics_sources=["192.0.2.0/28", "2001:db8::/64"]),
 ])
 def test_the_kernel_accepts_the_rendered_file(settings):
     """`nft -c` only checks (nothing is loaded): the kernel parses our sets and rules."""

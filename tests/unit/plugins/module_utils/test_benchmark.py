@@ -1,0 +1,90 @@
+"""The benchmark playbook's results: vllm bench serve's result JSON -> rows, the
+comparison with the previous run in the directory, the problems that make a
+sweep no measurement."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ansible_collections.vllmops.cluster.plugins.module_utils import benchmark
+
+
+def result(concurrency, tok_s, ttft, completed=16, failed=0):
+    """What `vllm bench serve --save-result` writes (the keys the rows read, and some they do not)."""
+    return {"max_concurrency": concurrency, "num_prompts": completed + failed, "completed": completed,
+            "failed": failed, "duration": 2.5, "total_output_tokens": completed * 16, "output_throughput": tok_s,
+            "total_token_throughput": tok_s * 3, "request_throughput": tok_s / 16, "median_ttft_ms": ttft,
+            "p99_ttft_ms": ttft * 2, "median_itl_ms": 20.0, "p99_itl_ms": 45.0, "median_tpot_ms": 21.0,
+            "p99_tpot_ms": 40.0, "mean_ttft_ms": ttft, "backend": "openai", "date": "20261202-101500"}
+
+
+def sweep(*levels):
+    return [{"concurrency": c, "result": result(c, tok_s, ttft)} for c, tok_s, ttft in levels]
+
+
+STAMP = {"time": "2026-12-02T10:15:00Z", "model": "Qwen/Qwen3.5-122B-A10B-FP8", "image_id": "sha256:aaaa",
+         "vllm_version": "0.33.0", "nodes": ["spark-1", "spark-2"], "backend": "mp", "flags": {"max_model_len": 32768},
+         "input_len": 512, "output_len": 128, "gpus": 2, "tensor_parallel_size": 2, "pipeline_parallel_size": 1}
+
+
+def test_rows_are_ordered_by_concurrency_and_keep_the_figures():
+    rows = benchmark.rows(sweep((16, 500.0, 100.0), (1, 27.0, 35.0), (4, 90.0, 60.0)))
+    assert [row["concurrency"] for row in rows] == [1, 4, 16]
+    assert rows[0] == {"concurrency": 1, "prompts": 16, "completed": 16, "failed": 0, "duration_s": 2.5,
+                       "output_tokens": 256, "output_tok_s": 27.0, "total_tok_s": 81.0, "request_s": 27.0 / 16,
+                       "ttft_median_ms": 35.0, "ttft_p99_ms": 70.0, "itl_median_ms": 20.0, "itl_p99_ms": 45.0,
+                       "tpot_median_ms": 21.0, "tpot_p99_ms": 40.0}
+
+
+def test_a_result_that_is_not_vllm_bench_serves_is_refused():
+    with pytest.raises(benchmark.BenchmarkError, match="concurrency 4"):
+        benchmark.rows([{"concurrency": 4, "result": {"error": "connection refused"}}])
+
+
+def test_failed_requests_and_empty_levels_are_problems():
+    rows = benchmark.rows([{"concurrency": 1, "result": result(1, 27.0, 35.0, completed=14, failed=2)},
+                           {"concurrency": 4, "result": result(4, 0.0, 0.0, completed=0, failed=16)}])
+    assert benchmark.problems(rows) == ["concurrency 1: 2 of 16 requests failed", "concurrency 4: no request completed"]
+
+
+def test_the_file_stem_sorts_by_time_and_names_the_model():
+    assert benchmark.file_stem(STAMP) == "20261202T101500Z-Qwen_Qwen3.5-122B-A10B-FP8"
+
+
+def _write(directory, stamp, rows):
+    path = directory / (benchmark.file_stem(stamp) + ".json")
+    path.write_text(json.dumps({"schema": benchmark.SCHEMA, "stamp": stamp, "rows": rows}))
+    return path
+
+
+def test_the_previous_result_is_the_newest_earlier_one_of_ours(tmp_path):
+    assert benchmark.previous(str(tmp_path / "missing")) is None
+    old = _write(tmp_path, {**STAMP, "time": "2026-11-30T09:00:00Z"}, [])
+    newer = _write(tmp_path, {**STAMP, "time": "2026-12-01T09:00:00Z"}, [])
+    (tmp_path / "notes.json").write_text('{"something": "else"}')
+    (tmp_path / "broken.json").write_text("{")
+    assert benchmark.previous(str(tmp_path))["path"] == str(newer)
+    assert benchmark.previous(str(tmp_path), exclude=str(newer))["path"] == str(old)
+
+
+def test_the_table_shows_the_change_against_the_previous_run_and_what_differs(tmp_path):
+    before = _write(tmp_path, {**STAMP, "time": "2026-12-01T09:00:00Z", "image_id": "sha256:bbbb"},
+                    benchmark.rows(sweep((1, 25.0, 40.0), (4, 100.0, 50.0))))
+    rows = benchmark.rows(sweep((1, 27.0, 35.0), (4, 90.0, 60.0), (16, 500.0, 100.0)))
+    text = benchmark.markdown({"stamp": STAMP, "rows": rows, "problems": []}, benchmark.previous(str(tmp_path)))
+    lines = text.splitlines()
+    assert "| concurrency | output tok/s | requests/s | TTFT median ms | TTFT p99 ms | ITL median ms | ITL p99 ms |" in lines
+    assert "| 1 | 27.0 (+8 %) | 1.69 (+8 %) | 35.0 (-12 %) | 70.0 (-12 %) | 20.00 (+0 %) | 45.00 (+0 %) |" in lines
+    assert "| 4 | 90.0 (-10 %) | 5.62 (-10 %) | 60.0 (+20 %) | 120.0 (+20 %) | 20.00 (+0 %) | 45.00 (+0 %) |" in lines
+    assert "| 16 | 500.0 | 31.25 | 100.0 | 200.0 | 20.00 | 45.00 |" in lines  # no earlier figure to compare with
+    assert f"against {before.name}" in text
+    assert "What differs from it: image_id." in text
+    assert "- cluster: mp backend, 2 node(s) (spark-1, spark-2), 2 GPU(s), TP 2 x PP 1" in lines
+
+
+def test_a_first_run_says_there_is_nothing_to_compare_with_and_names_its_problems():
+    rows = benchmark.rows([{"concurrency": 1, "result": result(1, 27.0, 35.0, completed=15, failed=1)}])
+    text = benchmark.markdown({"stamp": STAMP, "rows": rows, "problems": benchmark.problems(rows)}, None)
+    assert "No earlier result in this directory to compare with." in text
+    assert text.rstrip().endswith("Problems: concurrency 1: 1 of 16 requests failed.")
