@@ -2,8 +2,9 @@
 (real vLLM): playbooks/benchmark.yml runs the image's own `vllm bench serve`
 through the API proxy and compares with its previous run; playbooks/metrics.yml
 writes a scrape configuration that a real Prometheus (Debian's package,
-tests/sandbox/prometheus.py) scrapes vLLM and the node exporters with; the
-dashboard's series exist; status.yml's JSON matches its schema."""
+tests/sandbox/prometheus.py) scrapes vLLM, the node exporters and the DCGM
+exporters with; the dashboard's series exist; status.yml's JSON matches its
+schema."""
 
 from __future__ import annotations
 
@@ -13,11 +14,15 @@ import re
 import stat
 import struct
 import subprocess
+import sys
 import time
 
 import jsonschema
 from conftest import BIN, INVENTORY, ROOT
 from prometheus import Prometheus, ensure
+
+sys.path.insert(0, str(ROOT / "tests/sandbox/gpu"))
+import dcgm_image
 
 SMALL = {"benchmark_input_len": 32, "benchmark_output_len": 16}
 
@@ -138,3 +143,40 @@ def test_status_json_follows_its_schema(sandbox, tmp_path):
 def test_status_refuses_an_unknown_format(sandbox):
     run = _play("playbooks/status.yml", {"status_format": "yaml"})
     assert run.returncode != 0 and "status_format is yaml: text or json" in run.stdout
+
+
+def _recap_changed(stdout: str) -> int:
+    return sum(int(n) for n in re.findall(r"changed=(\d+)", stdout.split("PLAY RECAP", 1)[-1]))
+
+
+def test_the_dcgm_exporter_runs_as_a_unit_behind_the_firewall_and_is_scraped(sandbox, outsider, tmp_path):
+    # NGC's image stands in for (tests/sandbox/gpu/dcgm-exporter), pre-loaded as on an air-gapped cluster
+    image = dcgm_image.load(sandbox.nodes)
+    on = {"vllmops_dcgm_exporter": True, "metrics_exporters_dcgm_image": image}
+    run = sandbox.deploy(tags="firewall,metrics_exporters", extra=on)
+    assert run.returncode == 0, run.stdout[-3000:]
+    again = sandbox.deploy(tags="firewall,metrics_exporters", extra=on, echo=False)
+    assert again.returncode == 0 and _recap_changed(again.stdout) == 0, again.stdout[-3000:]
+    for node in sandbox.nodes:
+        cluster = sandbox.on(node, "sh", "-c", ". /etc/vllmops/cluster.env; echo $VLLM_HOST_IP")
+        assert sandbox.active(node, "vllmops-dcgm-exporter")
+        assert "--gpus" in sandbox.unit(node, "vllmops-dcgm-exporter")
+        assert outsider.connect(cluster, 9400, timeout=3) == "timeout"  # not a member, not a metrics client there
+
+    config_dir = tmp_path / "metrics"
+    run = _play("playbooks/metrics.yml", {"metrics_config_dir": str(config_dir), "metrics_scrape_interval": "2s",
+                                          **on}, path=f"{ensure()}:")
+    assert run.returncode == 0 and "dcgm (2 DCGM exporters)" in run.stdout, run.stdout[-3000:]
+    with Prometheus(config_dir / "prometheus.yml") as prometheus:
+        prometheus.wait('up{job="dcgm"}', count=len(sandbox.nodes))
+        series = prometheus.query('DCGM_FI_DEV_GPU_UTIL{cluster="sandbox"}')
+        assert sorted((s["metric"]["node"], s["metric"]["modelName"]) for s in series) == [
+            (node, "NVIDIA GB10") for node in sandbox.nodes]
+
+    # off again: the unit and its container go, the firewall no longer lists the port
+    run = sandbox.deploy(tags="firewall,metrics_exporters")
+    assert run.returncode == 0, run.stdout[-3000:]
+    for node in sandbox.nodes:
+        assert sandbox.unit(node, "vllmops-dcgm-exporter") == ""
+        assert sandbox.on(node, "docker", "ps", "-aq", "--filter", "name=vllmops-dcgm-exporter") == ""
+        assert "9400" not in sandbox.on(node, "nft", "list", "set", "inet", "vllmops", "metrics_ports")
