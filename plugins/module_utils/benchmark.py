@@ -106,8 +106,9 @@ def previous(directory: str, exclude: str = "") -> dict | None:
             found.append((document["stamp"].get("time", ""), path, document))
     if not found:
         return None
-    _, path, document = max(found, key=lambda item: item[0])
-    document["path"] = path
+    newest = max(found, key=lambda item: item[0])
+    document = newest[2]
+    document["path"] = newest[1]
     return document
 
 
@@ -140,13 +141,13 @@ def markdown(document: dict, before: dict | None) -> str:
     """The report: what was measured, one row per concurrency, and the change
     against the previous result at the same concurrency."""
     earlier = {level["concurrency"]: level for level in (before or {}).get("rows", [])}
-    titles = ["concurrency"] + [title for title, _, _ in COLUMNS]
+    titles = ["concurrency"] + [column[0] for column in COLUMNS]
     lines = [f"# vLLM benchmark: {document['stamp'].get('model')}", "", *_stamp_lines(document["stamp"]), ""]
     lines += ["| " + " | ".join(titles) + " |", "|" + "---:|" * len(titles)]
     for level in document["rows"]:
         old = earlier.get(level["concurrency"], {})
         cells = [str(level["concurrency"])]
-        for _, key, digits in COLUMNS:
+        for _title, key, digits in COLUMNS:
             cells.append(_cell(level[key], digits) + _change(level[key], old.get(key)))
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")

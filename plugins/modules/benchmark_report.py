@@ -11,7 +11,7 @@ version_added: 0.2.0
 description:
   - Turns the result JSON of C(vllm bench serve --save-result), one per concurrency, into one row per concurrency
     (output tok/s, requests/s, TTFT and inter-token latency, median and p99) and writes three files into O(dest),
-    named C(<UTC time>Z-<model>): C(.json) (the rows and O(stamp)), C(.md) (the table) and C(.png) (output tok/s
+    named C(<UTC time>Z-<model>) - C(.json) (the rows and O(stamp)), C(.md) (the table) and C(.png) (output tok/s
     and median TTFT against concurrency).
   - The table gives, in parentheses, the change against the newest earlier result in O(dest) at the same
     concurrency (the plot draws that result dashed), and names what differs between the two (image, vLLM version,
@@ -37,7 +37,7 @@ options:
     type: dict
     required: true
 author:
-  - vllmops.cluster contributors
+  - vllmops.cluster developers (@vllmops)
 """
 
 EXAMPLES = r"""
