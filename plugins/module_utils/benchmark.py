@@ -67,16 +67,21 @@ def rows(results: list) -> list[dict]:
     return sorted((row(item["result"], item["concurrency"]) for item in results), key=lambda r: r["concurrency"])
 
 
-def problems(sweep: list[dict]) -> list[str]:
-    """What makes a sweep not a measurement: requests that failed, none completed."""
+def problems(sweep: list[dict], failed: list[dict] | None = None) -> list[str]:
+    """What makes a sweep not a measurement: a level whose client failed (failed:
+    [{concurrency, rc, error}]), requests that failed, none completed."""
     found = []
+    for level in failed or []:
+        what = "timed out" if level.get("rc") == 124 else f"vllm bench serve exited {level.get('rc')}"
+        error = str(level.get("error") or "").strip()
+        found.append(f"concurrency {level['concurrency']}: {what}{': ' + error if error else ''}")
     for level in sweep:
         if level["completed"] == 0:
             found.append(f"concurrency {level['concurrency']}: no request completed")
         elif level["failed"]:
             found.append(f"concurrency {level['concurrency']}: {level['failed']} of "
                          f"{level['completed'] + level['failed']} requests failed")
-    return found
+    return sorted(found, key=lambda text: int(text.split()[1].rstrip(":")))
 
 
 def file_stem(stamp: dict) -> str:
@@ -130,7 +135,7 @@ def _stamp_lines(stamp: dict) -> list[str]:
         f"- cluster: {stamp.get('backend')} backend, {len(stamp.get('nodes') or [])} node(s) "
         f"({', '.join(stamp.get('nodes') or [])}), {gpus} GPU(s), TP {stamp.get('tensor_parallel_size')} "
         f"x PP {stamp.get('pipeline_parallel_size')}",
-        f"- flags: {json.dumps(stamp.get('flags') or {}, sort_keys=True)}",
+        "- vllm " + " ".join(str(arg) for arg in stamp.get("serve_args") or ["serve", "?"]),
         f"- load: {stamp.get('input_len')} prompt + {stamp.get('output_len')} output tokens (random), "
         f"through {stamp.get('url')}",
         f"- measured: {stamp.get('time')}{' - ' + stamp['label'] if stamp.get('label') else ''}",
@@ -154,7 +159,7 @@ def markdown(document: dict, before: dict | None) -> str:
     if before:
         lines.append(f"Changes in parentheses: against {os.path.basename(before['path'])} "
                      f"({before['stamp'].get('time')}, image {str(before['stamp'].get('image_id') or '-')[:19]}).")
-        differs = [key for key in ("image_id", "vllm_version", "flags", "nodes", "backend", "input_len", "output_len")
+        differs = [key for key in ("image_id", "vllm_version", "serve_args", "nodes", "backend", "input_len", "output_len")
                    if before["stamp"].get(key) != document["stamp"].get(key)]
         if differs:
             lines.append(f"What differs from it: {', '.join(differs)}.")

@@ -29,11 +29,19 @@ options:
     type: list
     elements: dict
     required: true
+  failed:
+    description:
+      - Levels whose client failed, each with C(item) (the concurrency), C(rc) and C(stderr); C(rc) 124 is a timeout.
+        They have no row, and the report names them among RV(problems).
+    type: list
+    elements: dict
+    default: []
   stamp:
     description:
       - What was measured, recorded with the rows. C(time) (ISO 8601, UTC) is required; the role also gives
         C(model), C(model_path), C(image), C(image_id), C(vllm_version), C(backend), C(nodes), C(gpus),
-        C(tensor_parallel_size), C(pipeline_parallel_size), C(flags), C(url), C(input_len), C(output_len), C(label).
+        C(tensor_parallel_size), C(pipeline_parallel_size), C(serve_args) (the arguments vLLM runs with), C(url),
+        C(input_len), C(output_len), C(label).
     type: dict
     required: true
 author:
@@ -76,7 +84,7 @@ previous:
   returned: always
   type: str
 problems:
-  description: Levels where requests failed or none completed.
+  description: Levels whose client failed, where requests failed or where none completed.
   returned: always
   type: list
   elements: str
@@ -131,6 +139,7 @@ def main() -> None:
         argument_spec={
             "dest": {"type": "path", "required": True},
             "results": {"type": "list", "elements": "dict", "required": True},
+            "failed": {"type": "list", "elements": "dict", "default": []},
             "stamp": {"type": "dict", "required": True},
         },
         supports_check_mode=True,
@@ -144,12 +153,15 @@ def main() -> None:
         module.fail_json(msg=f"Cannot read the benchmark's results: {err}")
     stem = os.path.join(dest, benchmark.file_stem(stamp))
     paths = {"json": stem + ".json", "markdown": stem + ".md", "png": stem + ".png" if HAS_MATPLOTLIB else None}
-    document = {"schema": benchmark.SCHEMA, "stamp": stamp, "rows": rows, "problems": benchmark.problems(rows)}
+    failed = [{"concurrency": level.get("item"), "rc": level.get("rc"),
+               "error": (str(level.get("stderr") or "").strip().splitlines() or [""])[-1]}
+              for level in module.params["failed"]]
+    document = {"schema": benchmark.SCHEMA, "stamp": stamp, "rows": rows, "problems": benchmark.problems(rows, failed)}
     before = benchmark.previous(dest, exclude=paths["json"])
     table = benchmark.markdown(document, before)
     result = {"changed": not module.check_mode, **paths, "table": table, "rows": rows,
               "previous": before["path"] if before else None, "problems": document["problems"]}
-    if not HAS_MATPLOTLIB:
+    if not HAS_MATPLOTLIB and rows:
         module.warn(f"No plot: {missing_required_lib('matplotlib')} (on the controller)")
     if module.check_mode:
         module.exit_json(**result)
@@ -159,8 +171,10 @@ def main() -> None:
         handle.write("\n")
     with open(paths["markdown"], "w", encoding="utf-8") as handle:
         handle.write(table)
-    if HAS_MATPLOTLIB:
+    if HAS_MATPLOTLIB and rows:
         plot(rows, stamp, paths["png"], before)
+    elif not rows:
+        paths["png"] = result["png"] = None
     module.exit_json(**result)
 
 

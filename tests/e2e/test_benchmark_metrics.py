@@ -18,6 +18,7 @@ import sys
 import time
 
 import jsonschema
+import yaml
 from conftest import BIN, INVENTORY, ROOT
 from prometheus import Prometheus, ensure
 
@@ -64,6 +65,7 @@ def test_the_benchmark_sweeps_through_the_proxy_and_compares_with_the_last_run(s
     assert stamp["vllm_version"].startswith("0.32.0") and stamp["backend"] == "mp"
     assert stamp["nodes"] == sandbox.nodes and stamp["model"] == "tiny-sandbox"
     assert stamp["url"].startswith("https://")  # through the proxy
+    assert stamp["serve_args"][:2] == ["serve", "/srv/models/sandbox-tiny"] and "--max-model-len" in stamp["serve_args"]
     width, height = _png_size(report.with_suffix(".png"))
     assert width >= 600 and height >= 300
     assert "No earlier result" in report.with_suffix(".md").read_text()
@@ -89,6 +91,18 @@ def test_a_load_that_does_not_fit_the_context_is_refused_before_it_runs(sandbox,
     assert run.returncode != 0
     assert "exceed the 256 tokens tiny-sandbox is served with" in run.stdout
     assert not results.exists()
+
+
+def test_a_level_whose_client_fails_is_reported_and_fails_the_run(sandbox, tmp_path):
+    results = tmp_path / "results"
+    run = _play("playbooks/benchmark.yml", {**SMALL, "benchmark_results_dir": str(results), "benchmark_concurrency": [1],
+                                            "benchmark_extra_args": ["--no-such-flag"]})
+    assert run.returncode != 0
+    assert "The benchmark failed at concurrency 1: vllm bench serve exited 2" in run.stdout
+    (report,) = results.glob("*.json")  # written all the same, with what failed
+    document = json.loads(report.read_text())
+    assert document["rows"] == [] and "unrecognized arguments: --no-such-flag" in document["problems"][0]
+    assert sandbox.on(sandbox.head, "ls", "/run/vllmops/benchmark", check=False) == ""  # the lock is released
 
 
 def _dashboard_metrics() -> set[str]:
@@ -153,30 +167,40 @@ def test_the_dcgm_exporter_runs_as_a_unit_behind_the_firewall_and_is_scraped(san
     # NGC's image stands in for (tests/sandbox/gpu/dcgm-exporter), pre-loaded as on an air-gapped cluster
     image = dcgm_image.load(sandbox.nodes)
     on = {"vllmops_dcgm_exporter": True, "metrics_exporters_dcgm_image": image}
-    run = sandbox.deploy(tags="firewall,metrics_exporters", extra=on)
-    assert run.returncode == 0, run.stdout[-3000:]
-    again = sandbox.deploy(tags="firewall,metrics_exporters", extra=on, echo=False)
-    assert again.returncode == 0 and _recap_changed(again.stdout) == 0, again.stdout[-3000:]
-    for node in sandbox.nodes:
-        cluster = sandbox.on(node, "sh", "-c", ". /etc/vllmops/cluster.env; echo $VLLM_HOST_IP")
-        assert sandbox.active(node, "vllmops-dcgm-exporter")
-        assert "--gpus" in sandbox.unit(node, "vllmops-dcgm-exporter")
-        assert outsider.connect(cluster, 9400, timeout=3) == "timeout"  # not a member, not a metrics client there
+    clusters = {node: sandbox.on(node, "sh", "-c", ". /etc/vllmops/cluster.env; echo $VLLM_HOST_IP") for node in sandbox.nodes}
+    mgmt = {node: address for node, address in zip(sandbox.nodes, _mgmt_addresses(), strict=True)}
+    try:
+        run = sandbox.deploy(tags="firewall,metrics_exporters", extra=on)
+        assert run.returncode == 0, run.stdout[-3000:]
+        again = sandbox.deploy(tags="firewall,metrics_exporters", extra=on, echo=False)
+        assert again.returncode == 0 and _recap_changed(again.stdout) == 0, again.stdout[-3000:]
+        for node in sandbox.nodes:
+            assert sandbox.active(node, "vllmops-dcgm-exporter")
+            assert "--gpus" in sandbox.unit(node, "vllmops-dcgm-exporter")
+            assert outsider.connect(mgmt[node], 9400, timeout=3) == "open"  # a metrics client (10.87.0.0/24)
+            assert outsider.connect(clusters[node], 9400, timeout=3) == "timeout"  # neither member nor client there
 
-    config_dir = tmp_path / "metrics"
-    run = _play("playbooks/metrics.yml", {"metrics_config_dir": str(config_dir), "metrics_scrape_interval": "2s",
-                                          **on}, path=f"{ensure()}:")
-    assert run.returncode == 0 and "dcgm (2 DCGM exporters)" in run.stdout, run.stdout[-3000:]
-    with Prometheus(config_dir / "prometheus.yml") as prometheus:
-        prometheus.wait('up{job="dcgm"}', count=len(sandbox.nodes))
-        series = prometheus.query('DCGM_FI_DEV_GPU_UTIL{cluster="sandbox"}')
-        assert sorted((s["metric"]["node"], s["metric"]["modelName"]) for s in series) == [
-            (node, "NVIDIA GB10") for node in sandbox.nodes]
-
-    # off again: the unit and its container go, the firewall no longer lists the port
-    run = sandbox.deploy(tags="firewall,metrics_exporters")
-    assert run.returncode == 0, run.stdout[-3000:]
+        config_dir = tmp_path / "metrics"
+        run = _play("playbooks/metrics.yml", {"metrics_config_dir": str(config_dir), "metrics_scrape_interval": "2s",
+                                              **on}, path=f"{ensure()}:")
+        assert run.returncode == 0 and "dcgm (2 DCGM exporters)" in run.stdout, run.stdout[-3000:]
+        with Prometheus(config_dir / "prometheus.yml") as prometheus:
+            prometheus.wait('up{job="dcgm"}', count=len(sandbox.nodes))
+            series = prometheus.query('DCGM_FI_DEV_GPU_UTIL{cluster="sandbox"}')
+            assert sorted((s["metric"]["node"], s["metric"]["modelName"]) for s in series) == [
+                (node, "NVIDIA GB10") for node in sandbox.nodes]
+    finally:
+        # off again (also after a failure: the tests after this one share the sandbox)
+        off = sandbox.deploy(tags="firewall,metrics_exporters")
+    assert off.returncode == 0, off.stdout[-3000:]
     for node in sandbox.nodes:
         assert sandbox.unit(node, "vllmops-dcgm-exporter") == ""
         assert sandbox.on(node, "docker", "ps", "-aq", "--filter", "name=vllmops-dcgm-exporter") == ""
-        assert "9400" not in sandbox.on(node, "nft", "list", "set", "inet", "vllmops", "metrics_ports")
+        # the port stays filtered for others while nothing of ours listens on it
+        assert outsider.connect(mgmt[node], 9400, timeout=3) == "refused"
+        assert outsider.connect(clusters[node], 9400, timeout=3) == "timeout"
+
+
+def _mgmt_addresses() -> list[str]:
+    hosts = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"]["vllm_nodes"]["hosts"]
+    return [host["ansible_host"] for host in hosts.values()]

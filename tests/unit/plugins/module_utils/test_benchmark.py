@@ -24,7 +24,8 @@ def sweep(*levels):
 
 
 STAMP = {"time": "2026-12-02T10:15:00Z", "model": "Qwen/Qwen3.5-122B-A10B-FP8", "image_id": "sha256:aaaa",
-         "vllm_version": "0.33.0", "nodes": ["spark-1", "spark-2"], "backend": "mp", "flags": {"max_model_len": 32768},
+         "vllm_version": "0.33.0", "nodes": ["spark-1", "spark-2"], "backend": "mp",
+         "serve_args": ["serve", "/srv/models/qwen", "--max-model-len", "32768", "--tensor-parallel-size", "2"],
          "input_len": 512, "output_len": 128, "gpus": 2, "tensor_parallel_size": 2, "pipeline_parallel_size": 1}
 
 
@@ -42,10 +43,16 @@ def test_a_result_that_is_not_vllm_bench_serves_is_refused():
         benchmark.rows([{"concurrency": 4, "result": {"error": "connection refused"}}])
 
 
-def test_failed_requests_and_empty_levels_are_problems():
+def test_failed_requests_empty_levels_and_failed_clients_are_problems_in_concurrency_order():
     rows = benchmark.rows([{"concurrency": 1, "result": result(1, 27.0, 35.0, completed=14, failed=2)},
                            {"concurrency": 4, "result": result(4, 0.0, 0.0, completed=0, failed=16)}])
-    assert benchmark.problems(rows) == ["concurrency 1: 2 of 16 requests failed", "concurrency 4: no request completed"]
+    failed = [{"concurrency": 16, "rc": 124, "error": ""},
+              {"concurrency": 2, "rc": 1, "error": "ValueError: Initial test run failed - Please make sure ..."}]
+    assert benchmark.problems(rows, failed) == [
+        "concurrency 1: 2 of 16 requests failed",
+        "concurrency 2: vllm bench serve exited 1: ValueError: Initial test run failed - Please make sure ...",
+        "concurrency 4: no request completed",
+        "concurrency 16: timed out"]
 
 
 def test_the_file_stem_sorts_by_time_and_names_the_model():
@@ -81,6 +88,8 @@ def test_the_table_shows_the_change_against_the_previous_run_and_what_differs(tm
     assert f"against {before.name}" in text
     assert "What differs from it: image_id." in text
     assert "- cluster: mp backend, 2 node(s) (spark-1, spark-2), 2 GPU(s), TP 2 x PP 1" in lines
+    assert "- vllm serve serve /srv/models/qwen --max-model-len 32768 --tensor-parallel-size 2" not in lines
+    assert "- vllm serve /srv/models/qwen --max-model-len 32768 --tensor-parallel-size 2" in lines
 
 
 def test_a_first_run_says_there_is_nothing_to_compare_with_and_names_its_problems():
