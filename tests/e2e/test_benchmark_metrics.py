@@ -94,6 +94,19 @@ def test_a_load_that_does_not_fit_the_context_is_refused_before_it_runs(sandbox,
     assert not results.exists()
 
 
+def test_a_second_run_on_the_same_node_is_refused_and_the_first_keeps_its_files(sandbox, tmp_path):
+    sandbox.on(sandbox.head, "mkdir", "-m", "0700", "-p", "/run/vllmops/benchmark")  # a run in progress holds it
+    sandbox.on(sandbox.head, "touch", "/run/vllmops/benchmark/c1.json")
+    try:
+        run = _play("playbooks/benchmark.yml", {**SMALL, "benchmark_results_dir": str(tmp_path / "results")})
+        assert run.returncode != 0
+        assert f"Another benchmark runs on {sandbox.head}" in run.stdout, run.stdout[-3000:]
+        assert sandbox.on(sandbox.head, "ls", "/run/vllmops/benchmark") == "c1.json"  # the other run's files stay
+        assert not (tmp_path / "results").exists()
+    finally:
+        sandbox.on(sandbox.head, "rm", "-rf", "/run/vllmops/benchmark")
+
+
 def test_a_level_whose_client_fails_is_reported_and_fails_the_run(sandbox, tmp_path):
     results = tmp_path / "results"
     run = _play("playbooks/benchmark.yml", {**SMALL, "benchmark_results_dir": str(results), "benchmark_concurrency": [1],
