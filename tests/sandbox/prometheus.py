@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -19,30 +18,17 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from debian_package import free_port, unpack
+
 CACHE = Path.home() / ".cache/vllmops/prometheus"
 
 
 def ensure() -> Path:
     """The directory with prometheus and promtool, downloaded and unpacked once."""
     bin_dir = CACHE / "root/usr/bin"
-    if (bin_dir / "prometheus").exists() and (bin_dir / "promtool").exists():
-        return bin_dir
-    with tempfile.TemporaryDirectory(prefix="vllmops-prometheus-") as tmp:
-        download = ["apt-get", "-o", "APT::Sandbox::User=root", "download", "prometheus"]
-        if subprocess.run(download, cwd=tmp, capture_output=True).returncode:
-            subprocess.run(["apt-get", "update", "-qq"], check=True)
-            subprocess.run(download, cwd=tmp, check=True, capture_output=True)
-        deb = next(Path(tmp).glob("prometheus_*.deb"))
-        shutil.rmtree(CACHE, ignore_errors=True)
-        (CACHE / "root").mkdir(parents=True)
-        subprocess.run(["dpkg-deb", "-x", str(deb), str(CACHE / "root")], check=True)
+    if not ((bin_dir / "prometheus").exists() and (bin_dir / "promtool").exists()):
+        unpack("prometheus", CACHE / "root")
     return bin_dir
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Prometheus:
@@ -50,7 +36,7 @@ class Prometheus:
 
     def __init__(self, config: Path) -> None:
         self.config = config
-        self.port = _free_port()
+        self.port = free_port()
         self.data = Path(tempfile.mkdtemp(prefix="vllmops-prometheus-data-"))
         self.proc: subprocess.Popen | None = None
 

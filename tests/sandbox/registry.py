@@ -14,13 +14,13 @@ installed: no service of its own starts) under ~/.cache/vllmops/registry
 from __future__ import annotations
 
 import os
-import shutil
-import socket
 import subprocess
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from debian_package import free_port, unpack
 
 CACHE = Path(os.environ.get("VLLMOPS_CACHE", Path.home() / ".cache" / "vllmops")) / "registry"
 PACKAGE = "docker-registry"
@@ -28,31 +28,16 @@ PACKAGE = "docker-registry"
 
 def registry_binary() -> Path:
     binary = CACHE / "root/usr/bin/docker-registry"
-    if binary.exists():
-        return binary
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        download = ["apt-get", "download", "-qq", PACKAGE]
-        if subprocess.run(download, cwd=tmp, capture_output=True).returncode != 0:
-            subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True)
-            subprocess.run(download, cwd=tmp, check=True, capture_output=True)
-        deb = next(Path(tmp).glob(f"{PACKAGE}_*.deb"))
-        shutil.rmtree(CACHE / "root", ignore_errors=True)
-        subprocess.run(["dpkg-deb", "-x", str(deb), str(CACHE / "root")], check=True)
+    if not binary.exists():
+        unpack(PACKAGE, CACHE / "root")
     return binary
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class LocalRegistry:
     """Starts the registry on a free port; stops it and removes its storage on exit."""
 
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.tmp = tempfile.TemporaryDirectory(prefix="vllmops-registry-")
         self.proc: subprocess.Popen | None = None
