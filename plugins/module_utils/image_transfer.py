@@ -1,22 +1,39 @@
 # Copyright: vllmops.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""Stream a Docker image from one source to several nodes: the engine's save
-(GET /images/NAME/get) into the receiver engine's load (POST /images/load)
-over HTTP, with no temporary file of the whole image anywhere.
+"""Stream a Docker image from one source down a chain of nodes: the engine's
+save (GET /images/NAME/get) into each receiver engine's load (POST
+/images/load) over HTTP, with no temporary file of the whole image anywhere.
 
 The source (a node that has the image, or a `docker save` archive on the
-controller) serves each receiver once, on a path that is the receiver's
-one-time token; each receiver pipes what it reads into `docker load` and
-checks the image ID it got. Receivers run in parallel; each gets its own
-stream.
+controller) serves the first receiver, on a path that is that receiver's
+one-time token. Each receiver pipes what it reads into `docker load` and, as
+the bytes arrive, relays them to the next receiver (its own listener, one
+address, the next receiver's one-time token): every uplink carries one copy,
+so the time stays about flat in the number of nodes when the network is the
+bottleneck.
+
+The relay holds at most `RELAY_BUFFER` bytes in memory (a bounded queue):
+a next node that reads slower than this one receives makes this node read
+its upstream slower too (backpressure), which costs no disk on the nodes
+(where `docker load` already needs the room) and no more time, since the
+last node of a chain can never finish before its slowest link anyway.
+
+The stream is framed (`_frame`): data, an end mark with the byte count, or
+an error message, so a receiver tells a complete stream from a broken one
+and the error of an upstream hop reaches every node below it by name.
 """
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import hmac
 import http.client
+import ipaddress
 import json
 import os
+import socket
+import struct
 import tarfile
 import threading
 import time
@@ -27,10 +44,18 @@ from ansible.module_utils.urls import open_url
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerError
 
 CHUNK = 1 << 20
+RELAY_BUFFER = 64 << 20
+CONTENT_TYPE = "application/vnd.vllmops.image-stream.v1"
+_HEADER = struct.Struct(">cI")
+_DATA, _END, _ERROR = b"D", b"E", b"X"
 
 
 class TransferError(Exception):
     pass
+
+
+class UpstreamError(TransferError):
+    """The stream this node reads broke or carried an upstream hop's error."""
 
 
 def archive_image(path):
@@ -58,6 +83,10 @@ def local_image(docker, image):
     return info["Id"], info.get("RepoTags") or [], info.get("Size", 0)
 
 
+def _frame(kind, payload):
+    return _HEADER.pack(kind, len(payload)) + payload
+
+
 class ImageStream:
     """What each GET streams: the engine's save of image, or the archive file."""
 
@@ -65,6 +94,7 @@ class ImageStream:
         self.docker, self.image, self.archive = docker, image, archive
 
     def stream(self, write):
+        """Call write(chunk) with each chunk; return the bytes sent; TransferError when the source fails."""
         if self.archive:
             with open(self.archive, "rb") as data:
                 return _pump(data, write)
@@ -74,7 +104,7 @@ class ImageStream:
                 write(chunk)
                 sent += len(chunk)
         except DockerError as err:
-            raise TransferError(f"docker save {self.image} failed after {sent} bytes: {err}") from err
+            raise TransferError(f"docker save {self.image} on {socket.gethostname()} failed after {sent} bytes: {err}") from err
         return sent
 
 
@@ -88,12 +118,24 @@ def _pump(reader, write):
         sent += len(chunk)
 
 
-def serve(source, address, port, tokens, deadline_s, idle_s=120):
+def check_bind_address(address):
+    """Refuse an address that listens on every address of the host (anyone who reaches it could try tokens)."""
+    try:
+        unspecified = ipaddress.ip_address(address).is_unspecified
+    except ValueError:
+        unspecified = not address  # a host name: bound to what it resolves to
+    if unspecified:
+        raise TransferError(f"refusing to listen on {address or 'every address'!r}: give the one address the next "
+                            "node connects to (image_transfer_bind_address, image_relay_address)")
+
+
+def serve(source, address, port, tokens, deadline_s, idle_s=120, on_listening=None):
     """Serve the source once to each token's receiver; return {token: bytes sent or error}.
 
     Returns when every token was served; at the deadline; or when no copy is
     running and nothing was asked for idle_s seconds (a receiver that failed
     before it connected). Tokens not served are reported as such."""
+    check_bind_address(address)
     pending = set(tokens)
     results = {}
     lock = threading.Lock()
@@ -114,16 +156,20 @@ def serve(source, address, port, tokens, deadline_s, idle_s=120):
                 self.send_error(404)
                 return
             self.send_response(200)
-            self.send_header("Content-Type", "application/x-tar")
-            if source.archive:
-                self.send_header("Content-Length", str(os.path.getsize(source.archive)))
+            self.send_header("Content-Type", CONTENT_TYPE)
             self.end_headers()
             with lock:
                 activity["streams"] += 1
             try:
-                results[match] = source.stream(self.wfile.write)
-            except (OSError, TransferError) as err:
-                results[match] = f"stream broke: {err}"
+                sent = source.stream(lambda chunk: self.wfile.write(_frame(_DATA, chunk)))
+                self.wfile.write(_frame(_END, str(sent).encode()))
+                results[match] = sent
+            except TransferError as err:
+                results[match] = str(err)
+                with contextlib.suppress(OSError):
+                    self.wfile.write(_frame(_ERROR, str(err).encode()))
+            except OSError as err:
+                results[match] = f"the receiver stopped reading ({err})"
             with lock:
                 activity["streams"] -= 1
                 activity["last"] = time.monotonic()
@@ -133,10 +179,13 @@ def serve(source, address, port, tokens, deadline_s, idle_s=120):
     try:
         server = ThreadingHTTPServer((address, port), Handler)
     except OSError as err:
-        raise TransferError(f"cannot listen on {address}:{port} ({err.strerror}); set image_transfer_port to a free port") from err
+        raise TransferError(f"cannot listen on {address}:{port} ({err.strerror}); set image_transfer_port to a free port"
+                            " (or the address to one of this host's)") from err
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
+    if on_listening:
+        on_listening()
     end = time.monotonic() + deadline_s
     try:
         while not done.wait(1) and time.monotonic() < end:
@@ -149,9 +198,114 @@ def serve(source, address, port, tokens, deadline_s, idle_s=120):
     return {token: results.get(token, "never requested before the deadline") for token in tokens}
 
 
+class Relay:
+    """The bytes this node receives, held (at most `capacity`, in memory) until the next node has read them.
+
+    put() blocks while the buffer is full (backpressure); a next node that
+    reads nothing for idle_s seconds, never connects, or breaks the connection
+    is dropped (`failed` says why) and put() no longer waits for it."""
+
+    def __init__(self, to, address, port, token, deadline_s, idle_s=120, capacity=RELAY_BUFFER):
+        self.to, self.address, self.port = to, address, port
+        self.idle_s, self.capacity = idle_s, capacity
+        self.sent = 0
+        self.failed = None
+        self._chunks = collections.deque()
+        self._held = 0
+        self._end = None  # (sent, None) or (None, message)
+        self._done = False
+        self._cond = threading.Condition()
+        check_bind_address(address)
+        listening = threading.Event()
+        self._outcome = {}
+        self._thread = threading.Thread(target=self._serve, args=(token, deadline_s, listening), daemon=True)
+        self._thread.start()
+        while not listening.wait(0.1):
+            if not self._thread.is_alive():
+                raise TransferError(self._outcome.get("error", "the relay did not start"))
+
+    def _serve(self, token, deadline_s, listening):
+        try:
+            outcome = serve(self, self.address, self.port, [token], deadline_s, self.idle_s, listening.set)[token]
+        except TransferError as err:
+            self._outcome["error"] = str(err)
+            return
+        with self._cond:
+            if not isinstance(outcome, int) and self.failed is None and self._end != (None, outcome):
+                self.failed = (f"{self.to} did not connect within {self.idle_s} s" if outcome.startswith("never requested")
+                               else f"{self.to}: {outcome}")
+            self._done = True
+            self._cond.notify_all()
+
+    def put(self, chunk):
+        with self._cond:
+            last = time.monotonic()
+            while self._held >= self.capacity and self.failed is None:
+                if time.monotonic() - last > self.idle_s:
+                    self.failed = f"{self.to} read nothing for {self.idle_s} s (never connected, or stalled)"
+                    break
+                self._cond.wait(1)
+            if self.failed is None:
+                self._chunks.append(chunk)
+                self._held += len(chunk)
+                self._cond.notify_all()
+
+    def finish(self, total):
+        with self._cond:
+            self._end = (total, None)
+            self._cond.notify_all()
+
+    def fail(self, message):
+        with self._cond:
+            self._end = (None, message)
+            self._cond.notify_all()
+
+    def stream(self, write):
+        """serve()'s source: what was put, as it comes; TransferError with the upstream's message when it broke."""
+        try:
+            while True:
+                with self._cond:
+                    while not self._chunks and self._end is None:
+                        self._cond.wait(1)
+                    if self._chunks:
+                        chunk = self._chunks.popleft()
+                    elif self._end[1] is not None:
+                        raise TransferError(self._end[1])
+                    else:
+                        return self.sent
+                write(chunk)
+                with self._cond:
+                    self.sent += len(chunk)
+                    self._held -= len(chunk)
+                    self._cond.notify_all()
+        except OSError as err:
+            with self._cond:
+                self.failed = f"{self.to} stopped reading after {self.sent} bytes ({err})"
+                self._chunks.clear()
+                self._cond.notify_all()
+            raise
+
+    def wait(self, timeout_s):
+        """Wait until the next node has read everything (or failed, or read nothing for idle_s seconds, or
+        timeout_s passed); return why it failed, None when it did not."""
+        end = time.monotonic() + timeout_s
+        with self._cond:
+            sent, moved = self.sent, time.monotonic()
+            while not self._done and self.failed is None:
+                now = time.monotonic()
+                if self.sent != sent:
+                    sent, moved = self.sent, now
+                if now > end or now - moved > self.idle_s:
+                    self.failed = f"{self.to} stopped reading after {self.sent} bytes (waited {now - moved:.0f} s)"
+                    break
+                self._cond.wait(1)
+            return self.failed
+
+
 class _Progress:
-    def __init__(self, path, total):
+    def __init__(self, path, total, upstream, relay):
         self.path, self.total, self.started = path, total, time.monotonic()
+        self.upstream, self.relay = upstream, relay
         self.last = 0.0
 
     def update(self, received, state="copying", force=False):
@@ -161,49 +315,107 @@ class _Progress:
         self.last = now
         elapsed = now - self.started
         report = {"state": state, "bytes": received, "total_bytes": self.total, "seconds": round(elapsed, 1),
-                  "mb_per_s": round(received / 1e6 / elapsed, 1) if elapsed else 0.0}
+                  "mb_per_s": round(received / 1e6 / elapsed, 1) if elapsed else 0.0, "from": self.upstream,
+                  "relay_to": self.relay.to if self.relay else None,
+                  "relayed_bytes": self.relay.sent if self.relay else 0}
         partial = self.path + ".part"
         with open(partial, "w") as out:
             json.dump(report, out)
         os.replace(partial, self.path)
 
 
-def receive(docker, url, connect_deadline_s=60, progress_path=None, total_bytes=None):
-    """GET url into the engine's load (`docker`, a DockerClient); return (bytes received, seconds, what it said)."""
+def _read_exactly(response, amount):
+    data = response.read(amount)
+    if len(data) != amount:
+        raise http.client.IncompleteRead(data, amount - len(data))
+    return data
+
+
+def _connect(url, upstream, connect_deadline_s, idle_s):
     end = time.monotonic() + connect_deadline_s
+    base = url.rsplit("/", 1)[0]
     while True:
         try:
-            response = open_url(url, timeout=60)
+            response = open_url(url, timeout=idle_s)
             break
         except urllib.error.HTTPError as err:
-            raise TransferError(f"the image source refused {url.rsplit('/', 1)[0]}/… (HTTP {err.code})") from err
+            raise UpstreamError(f"{upstream} refused this node's token at {base}/… (HTTP {err.code})") from err
         except (urllib.error.URLError, OSError) as err:
             if time.monotonic() > end:
-                raise TransferError(f"cannot reach the image source at {url.rsplit('/', 1)[0]} ({err}); "
-                                    "check that this node reaches that address (image_transfer_address)") from err
+                raise UpstreamError(f"cannot reach {upstream} at {base} within {connect_deadline_s} s ({err}); check that "
+                                    "this node reaches that address and port (firewall, image_transfer_address, "
+                                    "image_relay_address)") from err
             time.sleep(0.5)
-    progress = _Progress(progress_path, total_bytes)
-    started = time.monotonic()
+    if response.headers.get("Content-Type") != CONTENT_TYPE:
+        response.close()
+        raise UpstreamError(f"{upstream} at {base} does not serve an image stream "
+                            f"(Content-Type {response.headers.get('Content-Type')!r}): another program holds the port?")
+    return response
+
+
+def receive(docker, url, connect_deadline_s=60, progress_path=None, total_bytes=None, upstream="the image source",
+            relay=None, idle_s=120):
+    """GET url into the engine's load (`docker`, a DockerClient), relaying every byte to `relay` (a Relay) as it
+    arrives; return (bytes received, seconds, what the engine said).
+
+    When this node's load fails, the rest of the stream is still relayed to the
+    next node before the error is raised."""
+    progress = _Progress(progress_path, total_bytes, upstream, relay)
     received = 0
+    try:
+        response = _connect(url, upstream, connect_deadline_s, idle_s)
+    except UpstreamError as err:
+        if relay:
+            relay.fail(str(err))
+        progress.update(0, "failed", force=True)
+        raise
+    started = time.monotonic()
 
     def chunks():
         nonlocal received
-        while True:
-            chunk = response.read(CHUNK)
-            if not chunk:
-                return
-            received += len(chunk)
-            progress.update(received)
-            yield chunk
+        try:
+            while True:
+                kind, length = _HEADER.unpack(_read_exactly(response, _HEADER.size))
+                payload = _read_exactly(response, length)
+                if kind == _ERROR:
+                    raise UpstreamError(payload.decode(errors="replace"))
+                if kind == _END:
+                    if int(payload) != received:
+                        raise UpstreamError(f"{upstream} says it sent {int(payload)} bytes, this node got {received}")
+                    if relay:
+                        relay.finish(received)
+                    return
+                received += len(payload)
+                if relay:
+                    relay.put(payload)
+                progress.update(received)
+                yield payload
+        except UpstreamError as err:
+            if relay:
+                relay.fail(str(err))
+            raise
+        except (OSError, ValueError, struct.error, http.client.HTTPException) as err:
+            why = "stalled" if isinstance(err, TimeoutError) else "broke"
+            message = (f"the stream from {upstream} {why} after {received} bytes ({err!r}): "
+                       f"see {upstream}'s own result for why")
+            if relay:
+                relay.fail(message)
+            raise UpstreamError(message) from err
 
+    stream = chunks()
     try:
         with response:
-            said = docker.image_load(chunks())
-    except (OSError, ValueError, http.client.HTTPException) as err:
+            try:
+                said = docker.image_load(stream)
+            except (DockerError, OSError) as err:
+                loaded = received
+                if relay:
+                    with contextlib.suppress(UpstreamError):
+                        for _chunk in stream:  # the next nodes still get their copy
+                            pass
+                raise TransferError(f"docker load failed after {loaded} bytes: {err}") from err
+    except TransferError:
         progress.update(received, "failed", force=True)
-        raise TransferError(f"the copy broke after {received} bytes: {err}") from err
-    except DockerError as err:
-        progress.update(received, "failed", force=True)
-        raise TransferError(f"docker load failed after {received} bytes: {err}") from err
+        raise
     progress.update(received, "done", force=True)
     return received, time.monotonic() - started, said

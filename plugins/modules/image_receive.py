@@ -6,13 +6,19 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 module: image_receive
-short_description: Load a Docker image streamed by image_source, unless this node already has that image ID
+short_description: Load a Docker image streamed by image_source (or the previous node), relaying it to the next node
 version_added: 0.1.0
 description:
   - Compares the image ID of O(image) on this host's Docker Engine with O(image_id). When they differ, reads the
     image from O(url) (served by M(vllmops.cluster.image_source)) straight into the engine's image load (what C(docker load) does), then checks that
     O(image) now has O(image_id).
-  - Writes its progress (bytes, seconds, MB/s) as JSON to O(progress_file) about once a second while copying.
+  - With O(relay_token), it also serves the bytes, as they arrive, to the next node of a chain (one request, on
+    O(relay_address):O(relay_port), path O(relay_token)), holding at most 64 MiB in memory (a next node that reads
+    slower slows this node's read of its upstream). When this node's load fails the rest of the stream is still
+    relayed; when the upstream breaks, the next node receives the error. The relay listens before the node connects
+    to its upstream, so every node of a chain can start at once.
+  - Writes its progress (bytes, seconds, MB/s, bytes relayed) as JSON to O(progress_file) about once a second
+    while copying.
 options:
   image:
     description: Image name:tag as the source tags it.
@@ -23,9 +29,30 @@ options:
     type: str
     required: true
   url:
-    description: Where the source serves this node's copy (C(http://ADDRESS:PORT/TOKEN)).
+    description: Where the source, or the previous node's relay, serves this node's copy (C(http://ADDRESS:PORT/TOKEN)).
     type: str
     required: true
+  upstream:
+    description: Who serves O(url), for messages (the source's or the previous node's inventory name).
+    type: str
+    default: the image source
+  relay_token:
+    description: The next node's one-time token; empty for the last node of a chain (no relay).
+    type: str
+    default: ""
+  relay_to:
+    description: The next node's name, for messages.
+    type: str
+    default: the next node
+  relay_address:
+    description:
+      - The one address of this node the relay listens on and the next node connects to (its cluster address).
+        C(0.0.0.0) and C(::) are refused. Required with O(relay_token).
+    type: str
+  relay_port:
+    description: TCP port the relay listens on.
+    type: int
+    default: 29700
   total_bytes:
     description: Expected size, for the progress report.
     type: int
@@ -37,6 +64,16 @@ options:
     description: Seconds to keep trying to reach the source.
     type: int
     default: 60
+  idle_timeout:
+    description:
+      - Seconds the upstream may send nothing, or the next node read nothing, before that hop is declared broken
+        (and, for the relay, seconds to wait for the next node to connect).
+    type: int
+    default: 120
+  deadline:
+    description: Seconds the whole copy, relay included, may take.
+    type: int
+    default: 3600
 extends_documentation_fragment:
   - vllmops.cluster.docker_host
 attributes:
@@ -60,6 +97,17 @@ EXAMPLES = r"""
     image_id: "{{ source.image_id }}"
     url: "http://10.0.0.1:29700/{{ token }}"
   no_log: true
+
+- name: Receive it from node1 and relay it to node3 as it arrives
+  vllmops.cluster.image_receive:
+    image: vllm/vllm-openai:v0.33.0
+    image_id: "{{ source.image_id }}"
+    url: "http://10.0.0.11:29700/{{ token }}"
+    upstream: node1
+    relay_token: "{{ hostvars['node3'].token }}"
+    relay_to: node3
+    relay_address: 10.0.0.12
+  no_log: true
 """
 
 RETURN = r"""
@@ -79,13 +127,17 @@ seconds:
   description: Seconds the copy took.
   returned: success
   type: float
+relayed_bytes:
+  description: Bytes the next node read from this node's relay (0 without a relay).
+  returned: success
+  type: int
 """
 
 import os
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DEFAULT_HOST, DockerClient, DockerError
-from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import TransferError, local_image, receive
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import Relay, TransferError, local_image, receive
 
 
 def main():
@@ -97,26 +149,52 @@ def main():
             total_bytes=dict(type="int"),
             progress_file=dict(type="str", default="/run/vllmops/image-receive.json"),
             connect_deadline=dict(type="int", default=60),
+            upstream=dict(type="str", default="the image source"),
+            relay_token=dict(type="str", default="", no_log=True),
+            relay_to=dict(type="str", default="the next node"),
+            relay_address=dict(type="str"),
+            relay_port=dict(type="int", default=29700),
+            idle_timeout=dict(type="int", default=120),
+            deadline=dict(type="int", default=3600),
             docker_host=dict(type="str", default=DEFAULT_HOST, fallback=(env_fallback, ["DOCKER_HOST"])),
         ),
         supports_check_mode=True,
     )
     params = module.params
+    relay_wanted = bool(params["relay_token"])
+    if relay_wanted and not params["relay_address"]:
+        module.fail_json(msg="relaying the image: no relay_address: give this node's address the next node connects to")
     try:
         docker = DockerClient(params["docker_host"])
         before = local_image(docker, params["image"])
         previous = before[0] if before else None
-        result = dict(changed=previous != params["image_id"], previous_id=previous, image_id=previous, bytes=0, seconds=0.0)
-        if not result["changed"] or module.check_mode:
+        result = dict(changed=previous != params["image_id"], previous_id=previous, image_id=previous, bytes=0, seconds=0.0,
+                      relayed_bytes=0)
+        # A node in the middle of a chain copies even when it has the image: the next node waits for its relay.
+        if (not result["changed"] and not relay_wanted) or module.check_mode:
             module.exit_json(**result)
         progress = params["progress_file"] or None
         if progress:
             os.makedirs(os.path.dirname(progress), exist_ok=True)
-        copied, seconds, _said = receive(docker, params["url"], params["connect_deadline"], progress, params["total_bytes"])
+        relay = None
+        if relay_wanted:
+            relay = Relay(params["relay_to"], params["relay_address"], params["relay_port"], params["relay_token"],
+                          params["deadline"], params["idle_timeout"])
+        try:
+            copied, seconds, _said = receive(docker, params["url"], params["connect_deadline"], progress,
+                                             params["total_bytes"], params["upstream"], relay, params["idle_timeout"])
+        finally:
+            # The process must outlive the relay: the next node reads the rest from it.
+            relay_failed = relay.wait(params["deadline"]) if relay else None
         after = local_image(docker, params["image"])
     except (DockerError, TransferError) as err:
-        module.fail_json(msg=f"copying {params['image']}: {err}")
-    result.update(image_id=after[0] if after else None, bytes=copied, seconds=round(seconds, 2))
+        module.fail_json(msg=f"copying {params['image']} from {params['upstream']}: {err}")
+    result.update(image_id=after[0] if after else None, bytes=copied, seconds=round(seconds, 2),
+                  relayed_bytes=relay.sent if relay else 0)
+    result["changed"] = result["changed"] or result["image_id"] != previous
+    if relay_failed:
+        module.fail_json(msg=f"{params['image']} was loaded here, but relaying it to {params['relay_to']} failed: {relay_failed}",
+                         **result)
     if result["image_id"] != params["image_id"]:
         module.fail_json(msg=f"after the copy {params['image']} is {result['image_id']}, not {params['image_id']}: "
                              "the source changed during the copy, or served another image under that name", **result)

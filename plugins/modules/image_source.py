@@ -12,9 +12,11 @@ description:
   - Reports the image ID, tags and size of an image on this host's Docker Engine (O(image)) or of a
     C(docker save) archive (O(archive)), without changing anything.
   - With O(tokens), serves the image over HTTP on O(address):O(port), once to each token (the request path),
-    as C(docker save) output or the archive's bytes, streamed; no temporary file of the whole image is written.
-    It returns when every token was served or at O(deadline). Run it with C(async) while the receivers run
-    M(vllmops.cluster.image_receive).
+    as C(docker save) output or the archive's bytes, streamed in frames that end with the byte count (or the
+    error that stopped the source), so a receiver tells a whole stream from a broken one; no temporary file of the
+    whole image is written. It returns when every token was served or at O(deadline). Run it with C(async) while
+    the receivers run M(vllmops.cluster.image_receive); the image role gives it one token, the first node of a
+    chain in which each node relays the stream to the next.
   - Anyone who can reach the port and knows a token can read the image, so bind it to the cluster network.
 options:
   image:
@@ -30,8 +32,8 @@ options:
     default: []
   address:
     description:
-      - Address to listen on; required with O(tokens). Give the one address the receivers connect to (C(0.0.0.0)
-        listens on every address of the host, where anyone who reaches the host can try tokens).
+      - Address to listen on; required with O(tokens). Give the one address the receivers connect to; C(0.0.0.0)
+        and C(::) (every address of the host, where anyone who reaches the host could try tokens) are refused.
     type: str
   port:
     description: TCP port to listen on.

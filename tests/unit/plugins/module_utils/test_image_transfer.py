@@ -1,4 +1,5 @@
-"""Streaming an image from a source to receivers: archive identity, tokens, byte-exact copies."""
+"""Streaming an image from a source down a chain of receivers: archive identity, tokens per hop, byte-exact
+copies, bytes relayed as they arrive, errors that reach every node below the hop that broke."""
 
 import hashlib
 import io
@@ -7,13 +8,17 @@ import os
 import socket
 import tarfile
 import threading
+import time
 
 import pytest
-from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerClient
+from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerClient, DockerError
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import (
+    CONTENT_TYPE,
     ImageStream,
+    Relay,
     TransferError,
     archive_image,
+    check_bind_address,
     local_image,
     receive,
     serve,
@@ -165,7 +170,7 @@ def test_the_engines_save_is_streamed_to_each_receiver(tmp_path, engine, fake_do
 
 def test_a_save_the_engine_refuses_is_reported_to_the_source(engine):
     engine.route("GET", "/images/demo/serving:v0/get", lambda req: req.json(404, {"message": "reference does not exist"}))
-    with pytest.raises(TransferError, match="docker save demo/serving:v0 failed after 0 bytes: reference does not exist"):
+    with pytest.raises(TransferError, match=r"docker save demo/serving:v0 on \S+ failed after 0 bytes: reference does not exist"):
         ImageStream(DockerClient(engine.host), image="demo/serving:v0").stream(lambda chunk: None)
 
 
@@ -181,3 +186,231 @@ def test_local_image_is_identity_or_none(engine):
 def test_an_engine_that_does_not_answer_is_named(tmp_path):
     with pytest.raises(TransferError, match="Docker Engine does not answer on"):
         local_image(DockerClient(f"unix://{tmp_path}/none.sock"), "demo/serving:v0")
+
+
+# --- The chain: each node relays what it receives to the next ------------------------------------
+
+
+class Engine:
+    """A node's engine: image_load keeps the chunks as they come (on_chunk sees each), or fails after fail_after."""
+
+    def __init__(self, on_chunk=None, fail_after=None):
+        self.chunks, self.on_chunk, self.fail_after = [], on_chunk, fail_after
+
+    def image_load(self, chunks):
+        for chunk in chunks:
+            self.chunks.append(chunk)
+            if self.on_chunk:
+                self.on_chunk(chunk)
+            if self.fail_after is not None and len(self.chunks) >= self.fail_after:
+                raise DockerError("write /var/lib/docker/tmp/x: no space left on device", 500)
+        return "Loaded image: demo/serving:v0"
+
+    @property
+    def loaded(self):
+        return b"".join(self.chunks)
+
+
+class Scripted:
+    """A source that writes each part in turn, calling a step (a wait, a failure) before a part where asked."""
+
+    def __init__(self, parts, before=None):
+        self.parts, self.before = parts, before or {}
+
+    def stream(self, write):
+        sent = 0
+        for index, part in enumerate(self.parts):
+            if index in self.before:
+                self.before[index]()
+            write(part)
+            sent += len(part)
+        return sent
+
+
+def run_node(outcome, name, *args, **kwargs):
+    """receive() in a thread, as a node's image_receive runs; its result or error lands in outcome[name]."""
+    def body():
+        try:
+            outcome[name] = receive(*args, **kwargs)
+        except TransferError as err:
+            outcome[name] = err
+    thread = threading.Thread(target=body)
+    thread.start()
+    return thread
+
+
+def chain_of_two(source, engine_a, engine_b, idle_s=10, relay_capacity=1 << 20):
+    """source -> node-a -> node-b on 127.0.0.1, each hop with its own token; returns the outcomes and node-a's relay."""
+    source_port, relay_port = free_port(), free_port()
+    server, served = serve_in_background(source, source_port, ["tok-a"])
+    relay = Relay("node-b", "127.0.0.1", relay_port, "tok-b", deadline_s=30, idle_s=idle_s, capacity=relay_capacity)
+    outcome = {}
+    node_a = run_node(outcome, "node-a", engine_a, f"http://127.0.0.1:{source_port}/tok-a", 10,
+                      upstream="the image source", relay=relay, idle_s=idle_s)
+    node_b = run_node(outcome, "node-b", engine_b, f"http://127.0.0.1:{relay_port}/tok-b", 10,
+                      upstream="node-a", idle_s=idle_s)
+    for thread in (node_a, node_b, server):
+        thread.join(30)
+        assert not thread.is_alive(), "a hop hung"
+    outcome["relay"] = relay.wait(10)
+    outcome["served"] = served
+    return outcome, relay
+
+
+def test_a_node_relays_each_chunk_as_it_arrives_not_after_its_load():
+    first_seen_below = threading.Event()
+    # The source sends its second part only once node-b has the first: a relay
+    # that waited for the whole stream would never let it.
+    source = Scripted([b"first-part", b"second-part"], before={1: lambda: first_seen_below.wait(10)})
+    engine_a, engine_b = Engine(), Engine(on_chunk=lambda chunk: first_seen_below.set())
+    outcome, relay = chain_of_two(source, engine_a, engine_b)
+    assert first_seen_below.is_set()
+    assert engine_a.loaded == engine_b.loaded == b"first-partsecond-part"
+    assert outcome["node-a"][0] == outcome["node-b"][0] == len(b"first-partsecond-part")
+    assert relay.sent == len(b"first-partsecond-part") and outcome["relay"] is None
+
+
+def test_a_chain_of_four_copies_an_archive_byte_for_byte(tmp_path):
+    archive = make_archive(tmp_path / "image.tar", payload=os.urandom(3 << 20))
+    ports = [free_port() for _ in range(4)]
+    server, served = serve_in_background(ImageStream(None, archive=archive), ports[0], ["tok-1"])
+    engines, outcome, threads, relays = [Engine() for _ in range(4)], {}, [], []
+    for index in range(4):
+        relay = None
+        if index < 3:
+            relay = Relay(f"node{index + 2}", "127.0.0.1", ports[index + 1], f"tok-{index + 2}", 30, 10)
+            relays.append(relay)
+        upstream = "the image source" if index == 0 else f"node{index}"
+        threads.append(run_node(outcome, f"node{index + 1}", engines[index], f"http://127.0.0.1:{ports[index]}/tok-{index + 1}",
+                                10, upstream=upstream, relay=relay, idle_s=10))
+    for thread in [*threads, server]:
+        thread.join(30)
+        assert not thread.is_alive()
+    assert [engine.loaded for engine in engines] == [archive.read_bytes()] * 4
+    assert [relay.wait(5) for relay in relays] == [None] * 3
+    assert served == {"tok-1": os.path.getsize(archive)}, "the source serves only the first node"
+
+
+def test_a_source_that_fails_mid_stream_fails_every_node_below_with_its_reason():
+    def docker_save_breaks():
+        raise TransferError("docker save demo/serving:v0 on node0 failed after 5 bytes: engine restarted")
+    source = Scripted([b"12345", b"never"], before={1: docker_save_breaks})
+    engine_a, engine_b = Engine(), Engine()
+    outcome, _relay = chain_of_two(source, engine_a, engine_b)
+    for node in ("node-a", "node-b"):
+        assert isinstance(outcome[node], TransferError)
+        assert "docker save demo/serving:v0 on node0 failed after 5 bytes: engine restarted" in str(outcome[node])
+    assert outcome["relay"] is None, "node-a's relay did its job: it passed the error on"
+
+
+def test_a_hop_that_dies_mid_stream_is_named_by_the_node_below(tmp_path):
+    """node-a's process ends half-way (the connection closes without the end mark): node-b names node-a."""
+    port = free_port()
+    listener = socket.create_server(("127.0.0.1", port))
+
+    def dying_hop():
+        conn, _ = listener.accept()
+        conn.recv(4096)
+        conn.sendall(f"HTTP/1.0 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\n\r\n".encode() + b"D\x00\x00\x00\x05hello")
+        conn.close()
+    thread = threading.Thread(target=dying_hop)
+    thread.start()
+    with pytest.raises(TransferError, match=r"the stream from node-a broke after 5 bytes .*see node-a's own result"):
+        receive(Engine(), f"http://127.0.0.1:{port}/tok-b", 10, upstream="node-a", idle_s=5)
+    thread.join(5)
+    listener.close()
+
+
+def test_a_hop_that_stalls_is_named_after_the_idle_time():
+    port = free_port()
+    listener = socket.create_server(("127.0.0.1", port))
+    stop = threading.Event()
+
+    def stalling_hop():
+        conn, _ = listener.accept()
+        conn.recv(4096)
+        conn.sendall(f"HTTP/1.0 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\n\r\n".encode())
+        stop.wait(10)
+        conn.close()
+    thread = threading.Thread(target=stalling_hop)
+    thread.start()
+    started = time.monotonic()
+    with pytest.raises(TransferError, match=r"the stream from node-a stalled after 0 bytes"):
+        receive(Engine(), f"http://127.0.0.1:{port}/tok-b", 10, upstream="node-a", idle_s=1)
+    assert time.monotonic() - started < 8
+    stop.set()
+    thread.join(5)
+    listener.close()
+
+
+def test_a_node_whose_load_fails_still_relays_the_whole_stream():
+    source = Scripted([b"a" * 1000, b"b" * 1000, b"c" * 1000])
+    engine_a, engine_b = Engine(fail_after=1), Engine()
+    outcome, relay = chain_of_two(source, engine_a, engine_b)
+    assert isinstance(outcome["node-a"], TransferError)
+    assert "docker load failed after 1000 bytes: write /var/lib/docker/tmp/x: no space left on device" in str(outcome["node-a"])
+    assert engine_b.loaded == b"a" * 1000 + b"b" * 1000 + b"c" * 1000
+    assert relay.sent == 3000 and outcome["relay"] is None
+
+
+def test_each_hop_checks_its_own_token():
+    relay_port = free_port()
+    relay = Relay("node-b", "127.0.0.1", relay_port, "tok-b", deadline_s=30, idle_s=10)
+    for wrong in ("tok-a", "guess"):  # the upstream's token is no good one hop further
+        with pytest.raises(TransferError, match=r"node-a refused this node's token at http://127\.0\.0\.1:\d+/… \(HTTP 404\)"):
+            receive(Engine(), f"http://127.0.0.1:{relay_port}/{wrong}", 5, upstream="node-a")
+    outcome = {}
+    node_b = run_node(outcome, "node-b", Engine(), f"http://127.0.0.1:{relay_port}/tok-b", 5, upstream="node-a")
+    relay.put(b"payload")
+    relay.finish(len(b"payload"))
+    node_b.join(10)
+    assert outcome["node-b"][0] == len(b"payload")
+    with pytest.raises(TransferError, match=r"HTTP 404|cannot reach node-a"):  # once only; then the relay closes
+        receive(Engine(), f"http://127.0.0.1:{relay_port}/tok-b", 1, upstream="node-a")
+    assert relay.wait(5) is None
+
+
+def test_a_next_node_that_never_connects_is_dropped_without_hanging_the_chain():
+    relay = Relay("node-b", "127.0.0.1", free_port(), "tok-b", deadline_s=30, idle_s=1, capacity=2000)
+    started = time.monotonic()
+    for _ in range(5):  # more than the buffer holds: put() gives up on node-b instead of blocking forever
+        relay.put(b"x" * 1000)
+    relay.finish(5000)
+    assert relay.wait(10) in ("node-b did not connect within 1 s", "node-b read nothing for 1 s (never connected, or stalled)")
+    assert time.monotonic() - started < 8
+
+
+def test_a_slow_next_node_holds_the_relay_at_its_buffer_size():
+    relay = Relay("node-b", "127.0.0.1", free_port(), "tok-b", deadline_s=30, idle_s=10, capacity=2000)
+    release = threading.Event()
+    put_done = []
+
+    def producer():
+        for index in range(4):
+            relay.put(b"x" * 1000)
+            put_done.append(index)
+        relay.finish(4000)
+    consumer_out = []
+    consumer = threading.Thread(target=lambda: consumer_out.append(relay.stream(lambda chunk: release.wait(10))))
+    producing = threading.Thread(target=producer)
+    producing.start()
+    consumer.start()
+    time.sleep(0.5)
+    assert len(put_done) == 2, "the buffer holds 2000 bytes; the next put waits for the slow reader"
+    release.set()
+    producing.join(10)
+    consumer.join(10)
+    assert put_done == [0, 1, 2, 3] and consumer_out == [4000]
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "::", ""])
+def test_a_relay_never_listens_on_every_address(address):
+    with pytest.raises(TransferError, match="refusing to listen on"):
+        check_bind_address(address)
+    with pytest.raises(TransferError, match="refusing to listen on"):
+        Relay("node-b", address, free_port(), "tok-b", deadline_s=5)
+
+
+def test_a_relay_on_a_port_in_use_says_so():
+    with socket.create_server(("127.0.0.1", 0)) as busy, pytest.raises(TransferError, match=r"cannot listen on 127\.0\.0\.1:\d+ .*image_transfer_port"):
+        Relay("node-b", "127.0.0.1", busy.getsockname()[1], "tok-b", deadline_s=5)
