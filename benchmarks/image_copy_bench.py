@@ -1,18 +1,24 @@
 #!/usr/bin/env python3
-"""The image role's copy, measured side by side in one run (these machines are noisy).
+"""The image role's copy to 1 node and to 4 nodes, side by side, with the network as the bottleneck.
 
-    .venv/bin/python benchmarks/image_copy_bench.py [--filler-mib N] [--keep]
+    .venv/bin/python benchmarks/image_copy_bench.py [--filler-mib N] [--rate MBIT] [--keep]
 
-Starts two sandbox nodes (prefix vllmops-bench, Docker installed by the
-docker role), builds the serving test image padded past 1 GiB and saves it
-as a `docker save` archive on this machine (the controller), then runs the
-image role (image_source=archive, probe off) three times:
-  one-node   copy to node1 only (--limit node1)
-  two-nodes  image removed from node1, copy to node1 and node2 in parallel
-  re-run     both nodes have it: bytes the source served and bytes the
-             nodes received on their network interfaces (SSH included)
-and prints wall times, MB/s per node and the two-node/one-node ratio.
-The nodes are removed at the end unless --keep.
+Starts four sandbox nodes (prefix vllmops-bench, Docker installed by the
+docker role), each with a cluster address in /etc/vllmops/cluster.env (the
+nccl role's file, where the image role finds the relay addresses), builds an
+image of N MiB of random bytes (FROM scratch) and saves it as a `docker save`
+archive on this machine (the controller). Then every link is limited with
+`tc ... tbf rate MBIT`: each node's interfaces (its uplinks) and the
+controller's bridge to the nodes (its uplink), so a copy is network-bound,
+not bound by the two CPU cores all nodes share here. It runs the image role
+(image_source=archive, probe off) three times:
+  one node    copy to node1 only (--limit node1)
+  four nodes  image removed from node1, copy to node1..node4 (a chain)
+  re-run      every node has it: the nodes copied to, bytes served, bytes
+              the nodes received on their interfaces (SSH included)
+and prints wall times, MB/s per node, the four/one ratio and the re-run's
+bytes. The nodes, their volumes and networks are removed by name at the end
+(also on failure) unless --keep.
 """
 
 from __future__ import annotations
@@ -28,13 +34,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests/sandbox"))
-sys.path.insert(0, str(ROOT / "tests/sandbox/serving"))
 
 import nodes  # noqa: E402
-import serving_image  # noqa: E402
 
 PREFIX = "vllmops-bench"
-IMAGE = "vllmops-bench/serving-big:1"
+COUNT = 4
+NAMES = [f"{PREFIX}-node{i}" for i in range(1, COUNT + 1)]
+NETWORKS = [f"{PREFIX}-mgmt", f"{PREFIX}-cluster"]
+CLUSTER_SUBNET = "10.55.0.0/24"
 PLAYBOOK = """\
 - name: Docker on the nodes
   hosts: vllm_nodes
@@ -57,7 +64,7 @@ def playbook(inventory: Path, book: Path, *args: str) -> tuple[float, dict]:
                           capture_output=True, text=True, env=env)
     elapsed = time.monotonic() - started
     if proc.returncode != 0:
-        sys.exit(f"ansible-playbook failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-2000:]}")
+        raise RuntimeError(f"ansible-playbook failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}")
     return elapsed, json.loads(proc.stdout)
 
 
@@ -69,70 +76,123 @@ def task_results(report: dict, name: str) -> dict:
     return {}
 
 
+def copies(report: dict) -> dict:
+    return {host: r for host, r in task_results(report, "Wait for the copies to finish").items() if not r.get("skipped")}
+
+
 def rx_bytes(name: str) -> int:
     out = nodes.run(["docker", "exec", name, "sh", "-c", "cat /sys/class/net/*/statistics/rx_bytes"]).stdout
     return sum(int(x) for x in out.split())
 
 
-def remove_image(name: str) -> None:
-    nodes.run(["docker", "exec", name, "docker", "image", "rm", "--force", IMAGE], check=False)
+def remove_image(name: str, image: str) -> None:
+    nodes.run(["docker", "exec", name, "docker", "image", "rm", "--force", image], check=False)
+
+
+def build_archive(filler_mib: int) -> tuple[str, Path]:
+    """An image of filler_mib MiB of random bytes and its `docker save` archive (both kept for the next run)."""
+    image = f"{PREFIX}/copy-filler:{filler_mib}mib"
+    if not nodes.image_exists(image):
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(Path(tmp) / "filler.bin", "wb") as out:
+                for _ in range(filler_mib):
+                    out.write(os.urandom(1 << 20))
+            (Path(tmp) / "Dockerfile").write_text("FROM scratch\nCOPY filler.bin /filler.bin\n")
+            nodes.run(["docker", "build", "--quiet", "-t", image, tmp])
+    image_id = nodes.run(["docker", "image", "inspect", "-f", "{{.Id}}", image]).stdout.strip()
+    archive = nodes.save_archive(image, image, nodes.CACHE_DIR / "images" / f"bench-{image_id[7:19]}.tar")
+    return image, archive
+
+
+def limit_links(cluster: dict, rate_mbit: int) -> list[str]:
+    """tbf on every uplink the copy uses: each node's interfaces and the controller's bridge to the nodes.
+    Returns the controller's bridges (to unlimit at the end)."""
+    shape = ["root", "tbf", "rate", f"{rate_mbit}mbit", "burst", "256kb", "latency", "50ms"]
+    for name in NAMES[:len(cluster["nodes"])]:
+        for dev in nodes.run(["docker", "exec", name, "ls", "/sys/class/net"]).stdout.split():
+            if dev != "lo":
+                nodes.run(["docker", "exec", name, "tc", "qdisc", "replace", "dev", dev, *shape])
+    bridge = "br-" + nodes.run(["docker", "network", "inspect", "-f", "{{.Id}}", NETWORKS[0]]).stdout.strip()[:12]
+    nodes.run(["tc", "qdisc", "replace", "dev", bridge, *shape])
+    return [bridge]
+
+
+def write_cluster_env(cluster: dict) -> None:
+    """What the nccl role writes: the node's cluster address, where the image role's relays listen."""
+    for node in cluster["nodes"]:
+        address = node["addresses"][NETWORKS[1]]
+        nodes.run(["docker", "exec", node["name"], "sh", "-c",
+                   f"mkdir -p /etc/vllmops && printf 'VLLM_HOST_IP=%s\\n' {address} > /etc/vllmops/cluster.env"])
+
+
+def remove_everything(bridges: list[str]) -> None:
+    """The bench's containers, volumes and networks, by name; and the controller's tc limit."""
+    for bridge in bridges:
+        subprocess.run(["tc", "qdisc", "del", "dev", bridge, "root"], capture_output=True)
+    subprocess.run(["docker", "rm", "-f", "-v", *NAMES], capture_output=True)
+    subprocess.run(["docker", "volume", "rm", *[f"{n}-docker" for n in NAMES]], capture_output=True)
+    subprocess.run(["docker", "network", "rm", *NETWORKS], capture_output=True)
+
+
+def line(label: str, wall_s: float, report: dict) -> str:
+    per_node = "  ".join(f"{h.removeprefix(PREFIX + '-')}: {r['bytes'] / 1e6:.0f} MB in {r['seconds']:.1f} s = "
+                         f"{r['bytes'] / 1e6 / r['seconds']:.1f} MB/s (relayed {r.get('relayed_bytes', 0) / 1e6:.0f} MB)"
+                         for h, r in sorted(copies(report).items()))
+    return f"{label}: {wall_s:6.1f} s wall (playbook)  {per_node}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--filler-mib", type=int, default=700, help="incompressible MiB added to the ~500 MB image")
+    parser.add_argument("--filler-mib", type=int, default=240, help="MiB of random bytes in the image")
+    parser.add_argument("--rate", type=int, default=64, help="Mbit/s of every uplink (tc tbf)")
     parser.add_argument("--keep", action="store_true", help="leave the bench nodes running")
     args = parser.parse_args()
 
     nodes.ensure_docker()
-    base = serving_image.build()
-    if not nodes.image_exists(IMAGE):
-        with tempfile.TemporaryDirectory() as tmp:
-            (Path(tmp) / "Dockerfile").write_text(f"FROM {base}\nRUN head -c {args.filler_mib * 1048576} /dev/urandom > /opt/filler.bin\n")
-            nodes.run(["docker", "build", "--quiet", "-t", IMAGE, tmp])
-    archive = serving_image.ARCHIVES / f"bench-{nodes.run(['docker', 'image', 'inspect', '-f', '{{.Id}}', IMAGE]).stdout.strip()[7:19]}.tar"
-    if not archive.exists():
-        archive.parent.mkdir(parents=True, exist_ok=True)
-        with open(archive, "wb") as out:
-            subprocess.run(["docker", "save", IMAGE], stdout=out, check=True)
+    image, archive = build_archive(args.filler_mib)
     size = archive.stat().st_size
-    print(f"image {IMAGE}: archive {size / 1e9:.2f} GB", flush=True)
+    print(f"image {image}: archive {size / 1e6:.0f} MB; every uplink limited to {args.rate} Mbit/s "
+          f"({args.rate / 8:.1f} MB/s: one copy >= {size / (args.rate / 8 * 1e6):.0f} s)", flush=True)
 
+    bridges: list[str] = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
             inventory, book = Path(tmp) / "hosts.yml", Path(tmp) / "bench.yml"
-            cluster = nodes.up(PREFIX, 2, [f"{PREFIX}-mgmt", f"{PREFIX}-cluster=10.55.0.0/24"])
-            nodes.write_inventory(inventory, cluster, [f"image_name={IMAGE}", f"image_archive={archive}", "image_probe=false",
+            cluster = nodes.up(PREFIX, COUNT, [NETWORKS[0], f"{NETWORKS[1]}={CLUSTER_SUBNET}"])
+            nodes.write_inventory(inventory, cluster, [f"image_name={image}", f"image_archive={archive}", "image_probe=false",
                                                        "docker_install_source=distro"])
             book.write_text(PLAYBOOK)
-            names = [n["name"] for n in cluster["nodes"]]
             playbook(inventory, book, "--tags", "docker")
-            for name in names:
-                remove_image(name)
+            write_cluster_env(cluster)
+            for name in NAMES:
+                remove_image(name, image)
+            bridges = limit_links(cluster, args.rate)
 
-            one_s, one = playbook(inventory, book, "--tags", "image", "--limit", names[0])
-            remove_image(names[0])
-            two_s, two = playbook(inventory, book, "--tags", "image")
-            before = {name: rx_bytes(name) for name in names}
+            one_s, one = playbook(inventory, book, "--tags", "image", "--limit", NAMES[0])
+            remove_image(NAMES[0], image)
+            four_s, four = playbook(inventory, book, "--tags", "image")
+            before = {name: rx_bytes(name) for name in NAMES}
             rerun_s, rerun = playbook(inventory, book, "--tags", "image")
-            received = {name: rx_bytes(name) - before[name] for name in names}
-
-            def copies(report):
-                return {host: r for host, r in task_results(report, "Wait for the copies to finish").items() if not r.get("skipped")}
+            received = {name: rx_bytes(name) - before[name] for name in NAMES}
 
             served = task_results(rerun, "Serve the image from " + str(archive))
-            print(f"\none node : {one_s:6.1f} s wall (playbook)  " + "  ".join(
-                f"{h}: {r['bytes'] / 1e6:.0f} MB in {r['seconds']:.1f} s = {r['bytes'] / 1e6 / r['seconds']:.1f} MB/s" for h, r in copies(one).items()))
-            print(f"two nodes: {two_s:6.1f} s wall (playbook)  " + "  ".join(
-                f"{h}: {r['bytes'] / 1e6:.0f} MB in {r['seconds']:.1f} s = {r['bytes'] / 1e6 / r['seconds']:.1f} MB/s" for h, r in copies(two).items()))
-            print(f"two/one wall ratio: {two_s / one_s:.2f}  (1.00 = perfectly parallel, 2.00 = serial)")
-            print(f"re-run   : {rerun_s:6.1f} s wall; image bytes served: "
+            copy_one = max(r["seconds"] for r in copies(one).values())
+            copy_four = max(r["seconds"] for r in copies(four).values())
+            print()
+            print(line("one node  ", one_s, one))
+            print(line("four nodes", four_s, four))
+            print(f"four/one wall ratio: {four_s / one_s:.2f}; copy ratio (slowest node's copy): "
+                  f"{copy_four:.1f} s / {copy_one:.1f} s = {copy_four / copy_one:.2f}  (1.00 = flat, 4.00 = one uplink for all)")
+            print(f"re-run    : {rerun_s:6.1f} s wall; image bytes served: "
                   f"{sum(sum(r.get('served', [])) for r in served.values() if not r.get('skipped'))}; "
-                  f"copied to: {[h for h, r in copies(rerun).items()]}; bytes received on the nodes' interfaces "
-                  f"(SSH included): " + ", ".join(f"{n}={b / 1e3:.0f} kB" for n, b in received.items()))
+                  f"copied to: {sorted(copies(rerun))}; bytes received on the nodes' interfaces "
+                  f"(SSH included): " + ", ".join(f"{n.removeprefix(PREFIX + '-')}={b / 1e3:.0f} kB" for n, b in received.items()))
+    except (RuntimeError, nodes.SandboxError) as err:
+        print(err, file=sys.stderr)
+        return 1
     finally:
         if not args.keep:
-            nodes.down(PREFIX)
+            remove_everything(bridges)
     return 0
 
 
