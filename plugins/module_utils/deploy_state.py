@@ -1,0 +1,210 @@
+# Copyright: vllmops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""What a node looked like when a whole deploy.yml last finished on it, and
+whether it still looks so.
+
+A record holds two things: the fingerprint of the deploy's inputs (the
+settings and the collection's own files, made on the controller) and an
+observation of the node (our files' digests, modes and owners, which of our
+units run and are enabled, our containers and the images they run, the
+packages we install, our firewall table, the node's addresses and GPU device
+nodes, and whether the service answers). A re-run whose inputs and
+observation equal the record has nothing to do; anything else, however
+small, sends it down the full path, which removes the record first, so that a
+run that fails half way never leaves a record behind.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerClient, DockerError
+
+SCHEMA = "vllmops.deploy-state/1"
+
+
+def _run(argv: list[str]) -> tuple[int, str]:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return 127, str(err)
+    return proc.returncode, proc.stdout
+
+
+def files(patterns: list[str], excluded: list[str]) -> dict:
+    """path -> 'sha256 mode uid:gid' (or '-> target' for a link) of every file the patterns name."""
+    skip = {path for pattern in excluded for path in glob.glob(pattern, recursive=True)}
+    seen = {}
+    for pattern in patterns:
+        for path in sorted(glob.glob(pattern, recursive=True)):
+            if path in skip:
+                continue
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                seen[path] = "-> " + os.readlink(path)
+            elif stat.S_ISREG(info.st_mode):
+                digest = hashlib.sha256()
+                with open(path, "rb") as handle:
+                    for block in iter(lambda: handle.read(1 << 20), b""):
+                        digest.update(block)
+                seen[path] = f"{digest.hexdigest()} {stat.S_IMODE(info.st_mode):04o} {info.st_uid}:{info.st_gid}"
+    return seen
+
+
+def units(patterns: list[str]) -> dict:
+    """unit -> 'active'/'-' and its enablement: the units that run (a oneshot between two timer ticks is '-')."""
+    if not patterns:
+        return {}
+    seen = {}
+    _, listed = _run(["systemctl", "list-units", "--all", "--plain", "--no-legend", "--no-pager", *patterns])
+    for line in listed.splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[1] != "not-found":
+            seen[fields[0]] = "active" if fields[2] == "active" else "-"
+    _, enabled = _run(["systemctl", "list-unit-files", "--no-legend", "--no-pager", *patterns])
+    for line in enabled.splitlines():
+        fields = line.split()
+        if len(fields) >= 2:
+            seen[fields[0]] = f"{seen.get(fields[0], '-')} {fields[1]}"
+    return seen
+
+
+def containers(label: str, docker_host: str | None) -> dict:
+    """name -> 'running IMAGE_ID' for the containers carrying our label."""
+    if not label:
+        return {}
+    try:
+        listed = DockerClient(docker_host, timeout=10).containers(label=label)
+    except (DockerError, OSError) as err:
+        return {"(docker)": f"unreachable: {err}"}
+    return {c["Names"][0].lstrip("/"): f"{c['State']} {c['ImageID']}" for c in listed}
+
+
+def packages(patterns: list[str]) -> dict:
+    """package -> version, for the installed packages the patterns match."""
+    if not patterns:
+        return {}
+    _, out = _run(["dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package} ${Version}\n", *patterns])
+    return {f[1]: f[2] for f in (line.split() for line in out.splitlines()) if len(f) == 3 and f[0] == "ii"}
+
+
+def nft_tables(names: list[str]) -> dict:
+    """'inet NAME' -> the digest of the loaded table (absent: '-')."""
+    seen = {}
+    for name in names:
+        rc, out = _run(["nft", "list", "table", "inet", name])
+        seen[f"inet {name}"] = hashlib.sha256(out.encode()).hexdigest() if rc == 0 else "-"
+    return seen
+
+
+def addresses() -> list[str]:
+    """The node's global addresses with their interfaces (a changed address changes the cluster's environment)."""
+    rc, out = _run(["ip", "-o", "address", "show", "scope", "global"])
+    if rc != 0:
+        return []
+    return sorted(f"{f[1]} {f[3]}" for f in (line.split() for line in out.splitlines()) if len(f) > 3)
+
+
+def gpu_devices() -> list[str]:
+    return sorted(glob.glob("/dev/nvidia[0-9]*"))
+
+
+def answers(urls: list[str], timeout: float = 5) -> dict:
+    """url -> the HTTP status it answered with, or why it did not."""
+    seen = {}
+    for url in urls:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                seen[url] = response.status
+        except urllib.error.HTTPError as err:
+            seen[url] = err.code
+        except (urllib.error.URLError, OSError) as err:
+            seen[url] = f"no answer ({getattr(err, 'reason', err)})"
+    return seen
+
+
+def observe(spec: dict) -> dict:
+    """Everything a record compares, read in one pass on the node."""
+    return {
+        "files": files(spec.get("files", []), spec.get("files_excluded", [])),
+        "units": units(spec.get("units", [])),
+        "containers": containers(spec.get("container_label", ""), spec.get("docker_host")),
+        "packages": packages(spec.get("packages", [])),
+        "nft_tables": nft_tables(spec.get("nft_tables", [])),
+        "addresses": addresses(),
+        "gpu_devices": gpu_devices(),
+        "answers": answers(spec.get("health_urls", [])),
+    }
+
+
+def differences(recorded: dict, now: dict) -> list[str]:
+    """Sentences naming what differs between two observations (empty: the node is as recorded)."""
+    found = []
+    for part in sorted(set(recorded) | set(now)):
+        was, is_ = recorded.get(part), now.get(part)
+        if was == is_:
+            continue
+        if isinstance(was, dict) and isinstance(is_, dict):
+            for key in sorted(set(was) | set(is_)):
+                if was.get(key) != is_.get(key):
+                    found.append(f"{part}: {key}: {_short(was.get(key))} -> {_short(is_.get(key))}")
+        else:
+            found.append(f"{part}: {_short(was)} -> {_short(is_)}")
+    return found
+
+
+def _short(value) -> str:
+    if value is None:
+        return "absent"
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def read(path: str) -> dict | None:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) and record.get("schema") == SCHEMA else None
+
+
+def check(path: str, inputs: str) -> tuple[bool, list[str]]:
+    """(converged, reasons): converged when a record exists, its inputs equal these and the node looks the same
+    (observed as the record says it was observed)."""
+    record = read(path)
+    if record is None:
+        return False, ["no record of a completed deploy on this node"]
+    if record.get("inputs") != inputs:
+        return False, ["the settings or the collection changed since the last completed deploy"]
+    reasons = differences(record.get("observed", {}), observe(record.get("spec", {})))
+    return not reasons, reasons
+
+
+def write(path: str, inputs: str, spec: dict) -> dict:
+    """Observe the node and keep it (0600, written whole or not at all)."""
+    record = {"schema": SCHEMA, "inputs": inputs, "spec": spec, "recorded_at": int(time.time()),
+              "observed": observe(spec)}
+    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
+    partial = path + ".tmp"
+    with open(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=1, sort_keys=True)
+    os.replace(partial, path)
+    return record
+
+
+def forget(path: str) -> bool:
+    """Remove the record; True when there was one."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        return False
+    return True

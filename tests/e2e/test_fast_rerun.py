@@ -1,0 +1,71 @@
+"""deploy.yml's fast path (vllmops_fast_rerun): a re-run that finds every node
+as the last completed full run left it runs one step per node and changes
+nothing; a node without a record, or with anything of ours changed, sends the
+run down every play, which repairs it; a run with --tags forgets the records."""
+
+from __future__ import annotations
+
+import re
+
+RECORD = "/var/lib/vllmops/deploy-state.json"
+HEALTH_SCRIPT = "/etc/vllmops/vllm-health.py"
+
+
+def _recap(run) -> dict:
+    """host -> {ok, changed, failed, skipped} from the PLAY RECAP."""
+    return {host: {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", rest)}
+            for host, rest in re.findall(r"^(\S+)\s+: (ok=.*)$", run.stdout.split("PLAY RECAP")[-1], re.M)}
+
+
+def _full_run(sandbox):
+    run = sandbox.deploy(tags="all", echo=False)
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert "PLAY [Docker Engine on every node]" in run.stdout
+    return run
+
+
+def _fast_run(sandbox):
+    run = sandbox.deploy(tags="all", echo=False)
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert "nothing to do" in run.stdout, run.stdout[-4000:]
+    assert "PLAY [Docker Engine on every node]" in run.stdout  # the play is there, and ends at once
+    recap = _recap(run)
+    assert set(recap) == set(sandbox.nodes)
+    assert all(r["changed"] == 0 and r["failed"] == 0 and r["ok"] <= 6 for r in recap.values()), recap
+    return run
+
+
+def test_a_rerun_that_finds_nothing_changed_runs_one_step_per_node_and_drift_is_repaired(sandbox):
+    first = sandbox.deploy(tags="all", echo=False)  # whatever the tests before left: ends recorded
+    assert first.returncode == 0, first.stdout[-4000:]
+    for node in sandbox.nodes:
+        assert sandbox.on(node, "stat", "--format", "%a", RECORD) == "600", node
+    _fast_run(sandbox)
+
+    # The full path is itself idempotent: the worker's record gone, every play
+    # runs on every node and changes nothing.
+    sandbox.on(sandbox.worker, "rm", RECORD)
+    full = _full_run(sandbox)
+    assert "no record of a completed deploy" in full.stdout
+    assert all(r["changed"] == 0 for r in _recap(full).values()), _recap(full)
+    _fast_run(sandbox)
+
+    # Drift: a file of ours edited on the head, a timer of ours stopped on the
+    # worker. The run names both and repairs them.
+    before = sandbox.on(sandbox.head, "sha256sum", HEALTH_SCRIPT)
+    sandbox.on(sandbox.head, "sh", "-c", f"echo '# edited by hand' >> {HEALTH_SCRIPT}")
+    sandbox.on(sandbox.worker, "systemctl", "stop", "vllmops-vllm-watchdog.timer")
+    repair = _full_run(sandbox)
+    assert f"files: {HEALTH_SCRIPT}" in repair.stdout
+    assert "units: vllmops-vllm-watchdog.timer: active enabled -> - enabled" in repair.stdout
+    assert sandbox.on(sandbox.head, "sha256sum", HEALTH_SCRIPT) == before
+    assert sandbox.active(sandbox.worker, "vllmops-vllm-watchdog.timer")
+    assert sandbox.complete()["choices"][0]["text"]
+    _fast_run(sandbox)
+
+    # A run of some plays only (--tags) cannot vouch for the others: the
+    # records go, and the next run runs every play.
+    tagged = sandbox.deploy(tags="metrics_exporters", echo=False)
+    assert tagged.returncode == 0, tagged.stdout[-4000:]
+    for node in sandbox.nodes:
+        assert sandbox.on(node, "sh", "-c", f"test -e {RECORD} && echo present || echo absent") == "absent", node

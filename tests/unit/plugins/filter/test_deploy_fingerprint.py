@@ -1,0 +1,63 @@
+"""The fingerprint of a deploy changes with every setting of ours, the members
+and their addresses, and the controller's files; not with other variables."""
+
+from __future__ import annotations
+
+import os
+
+from ansible_collections.vllmops.cluster.plugins.filter.deploy_fingerprint import deploy_fingerprint
+
+MEMBERS = ["node1", "node2"]
+
+
+def _hostvars(**node1):
+    return {"node1": {"ansible_host": "10.0.0.1", "vllm_serve_args": {"max_model_len": 256}, **node1},
+            "node2": {"ansible_host": "10.0.0.2"}}
+
+
+def _print(hostvars, paths=None):
+    return deploy_fingerprint(hostvars["node1"], MEMBERS, hostvars, paths)
+
+
+def test_stable():
+    assert _print(_hostvars()) == _print(_hostvars())
+    assert len(_print(_hostvars())) == 64
+
+
+def test_settings_of_ours_count_others_do_not():
+    base = _print(_hostvars())
+    assert _print(_hostvars(vllm_serve_args={"max_model_len": 512})) != base
+    assert _print(_hostvars(vllmops_backend="ray")) != base
+    assert _print(_hostvars(docker_live_restore=True)) != base
+    assert _print(_hostvars(ansible_user="ops")) != base
+    assert _print(_hostvars(unrelated_var=1, ansible_check_mode=True)) == base
+
+
+def test_members_and_their_addresses_count():
+    base = _print(_hostvars())
+    moved = _hostvars()
+    moved["node2"]["ansible_host"] = "10.0.0.9"
+    assert _print(moved) != base
+    grown = {**_hostvars(), "node3": {"ansible_host": "10.0.0.3"}}
+    assert deploy_fingerprint(grown["node1"], [*MEMBERS, "node3"], grown) != base
+
+
+def test_an_untemplatable_setting_counts_as_its_error():
+    class Vars(dict):
+        def __getitem__(self, name):
+            if name == "vllm_serve_model":
+                raise ValueError("undefined variable")
+            return super().__getitem__(name)
+    hostvars = _hostvars()
+    hostvars["node1"] = Vars(hostvars["node1"], vllm_serve_model="x")
+    assert len(deploy_fingerprint(hostvars["node1"], MEMBERS, hostvars)) == 64
+
+
+def test_controller_files_count_by_size_and_time(tmp_path):
+    archive = tmp_path / "image.tar"
+    archive.write_bytes(b"x" * 10)
+    base = _print(_hostvars(), [str(archive)])
+    assert _print(_hostvars(), [str(archive)]) == base
+    os.utime(archive, ns=(1, 1))
+    assert _print(_hostvars(), [str(archive)]) != base
+    assert _print(_hostvars(), [str(tmp_path / "missing")]) != base
