@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
 """deploy.yml on 2 and on 8 sandbox nodes, side by side in one run (these machines are noisy).
 
-    .venv/bin/python benchmarks/scale_bench.py [--sizes 2,8] [--rounds 2] [--keep] [--image-copy]
+    .venv/bin/python benchmarks/scale_bench.py [--sizes 2,8] [--rounds 2] [--serving standin|real]
+                                               [--keep] [--image-copy]
 
-For each size N, on the same serving (the inference stand-in over Ray, as
-`make sandbox SANDBOX_NODES=8` uses; SANDBOX_SERVING=standin):
+For each size N, on the same serving (by default the inference stand-in over
+Ray, as `make sandbox SANDBOX_NODES=8` uses; `--serving real --sizes 2` is
+the default 2-node sandbox with real vLLM):
   fresh      `make sandbox-down`, then `make sandbox SANDBOX_NODES=N` until its
              endpoint answers (node containers, Docker, toolkit, network,
              firewall, exporters, image copy, Ray, vLLM, proxy, readiness);
@@ -69,8 +71,8 @@ def play_times(doc: dict) -> list[tuple[str, float]]:
             for p in doc["plays"] if p["play"].get("duration", {}).get("end")]
 
 
-def measure(nodes: int, rounds: int, ping_book: str) -> dict:
-    make = ["make", "--no-print-directory", f"SANDBOX_NODES={nodes}", "SANDBOX_SERVING=standin"]
+def measure(nodes: int, rounds: int, serving: str, ping_book: str) -> dict:
+    make = ["make", "--no-print-directory", f"SANDBOX_NODES={nodes}", f"SANDBOX_SERVING={serving}"]
     timed([*make, "sandbox-down"])
     fresh, _ = timed([*make, "sandbox"])
     print(f"[{nodes} nodes] fresh sandbox -> healthy endpoint: {fresh:.1f} s", flush=True)
@@ -94,6 +96,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="2,8")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--serving", choices=["standin", "real"], default="standin")
     parser.add_argument("--keep", action="store_true", help="leave the last sandbox running")
     parser.add_argument("--image-copy", action="store_true", help="also run benchmarks/image_copy_bench.py")
     args = parser.parse_args()
@@ -104,7 +107,7 @@ def main() -> int:
     results = []
     try:
         for nodes in sizes:
-            results.append(measure(nodes, args.rounds, book.name))
+            results.append(measure(nodes, args.rounds, args.serving, book.name))
     finally:
         os.unlink(book.name)
         if not args.keep:

@@ -188,8 +188,9 @@ def gate_molecule() -> int:
 def gate_sandbox() -> int:
     """The README's main job: `make sandbox` on a fresh sandbox, then again
     (the re-run must change nothing and end with a healthy endpoint and a real
-    completion), then the tests over that converged cluster (tests/e2e), then
-    `make sandbox-down`. It uses the
+    completion; it takes deploy.yml's fast path, and tests/e2e/test_fast_rerun.py
+    runs every play again on the converged cluster, changing nothing), then the
+    tests over that converged cluster (tests/e2e), then `make sandbox-down`. It uses the
     sandbox's own names and network, so a sandbox left running is replaced."""
     env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}")
     make = ["make", "--no-print-directory"]
