@@ -86,6 +86,8 @@ def measure(nodes: int, rounds: int, serving: str, ping_book: str) -> dict:
         for name, doc in (("no-op", fast_doc), ("full no-op", full_doc)):
             if changed(doc):
                 sys.exit(f"[{nodes} nodes] the {name} deploy changed {changed(doc)} things")
+        if "nothing to do" not in json.dumps(fast_doc):
+            sys.exit(f"[{nodes} nodes] the no-op deploy did not take the fast path")
     print(f"[{nodes} nodes] no-op {fast}  full no-op {full}  ping {ping}", flush=True)
     return {"nodes": nodes, "fresh": fresh, "fast": statistics.median(fast), "full": statistics.median(full),
             "ping": statistics.median(ping), "fast_tasks": task_results(fast_doc),

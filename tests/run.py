@@ -205,6 +205,9 @@ def gate_sandbox() -> int:
         if again.returncode or not recap or any(" changed=0 " not in line for line in recap):
             print("FAILED: the second run changed something (or failed)", flush=True)
             return 1
+        if "nothing to do" not in again.stdout:
+            print("FAILED: the re-run did not take deploy.yml's fast path", flush=True)
+            return 1
         if "healthy (/health 200)" not in again.stdout or " completed " not in again.stdout:
             print("FAILED: make sandbox did not end with a healthy endpoint serving a completion", flush=True)
             return 1

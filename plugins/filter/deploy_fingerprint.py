@@ -8,14 +8,18 @@ name: deploy_fingerprint
 short_description: The fingerprint of everything a deploy of one host is made from
 version_added: 0.1.0
 description:
-  - A sha256 over the host's settings, the cluster's members and their addresses, the controller-side files the
-    deploy reads, and the collection's own roles, plugins and playbooks. Two runs with the same fingerprint deploy
-    the same thing; M(vllmops.cluster.deploy_state) keeps it with a node's record.
+  - A sha256 over the host's settings, the cluster's members in inventory order (the first is the default head) and
+    their addresses, the collection's own roles, plugins and playbooks (role defaults included), and O(extra) (the
+    ansible-core version). Two runs with the same fingerprint deploy the same thing;
+    M(vllmops.cluster.deploy_state) keeps it with a node's record.
+  - "Not seen: a setting outside those names, and what a setting's value is derived from at run time (facts:
+    such a value counts as the error it gives before facts are read)."
   - "Settings: every variable of the host whose name starts with a role's name (C(docker_), C(nccl_),
     C(vllm_serve_)...) or C(vllmops_), extra vars included, and C(ansible_host), C(ansible_port), C(ansible_user).
     A variable that cannot be templated counts as its error."
-  - "Files on the controller count by size and modification time (a directory: each file in it), so a new image
-    archive or a replaced secret changes the fingerprint without reading gigabytes."
+  - The filter C(vllmops.cluster.files_fingerprint) adds the files on the controller the deploy reads, by size and
+    modification time (a directory: each file in it), so a new image archive or a replaced secret changes it without
+    reading gigabytes. deploy.yml takes it again when it records, after the run made the secrets.
 positional: _input
 options:
   _input:
@@ -31,19 +35,18 @@ options:
     description: C(hostvars), for the members' addresses.
     type: dict
     required: true
-  paths:
-    description: Files or directories on the controller.
-    type: list
-    elements: str
-    default: []
+  extra:
+    description: Other inputs (the ansible-core version).
+    type: dict
+    default: {}
 """
 
 EXAMPLES = r"""
 - name: Fingerprint this host's deploy
   ansible.builtin.set_fact:
     _inputs: >-
-      {{ hostvars[inventory_hostname] | vllmops.cluster.deploy_fingerprint(groups['vllm_nodes'], hostvars,
-         [vllmops_secrets_dir, image_archive | default('')]) }}
+      {{ hostvars[inventory_hostname] | vllmops.cluster.deploy_fingerprint(groups['vllm_nodes'], hostvars)
+         ~ ':' ~ [vllmops_secrets_dir, image_archive | default('')] | vllmops.cluster.files_fingerprint }}
 """
 
 RETURN = r"""
@@ -88,31 +91,13 @@ def _value(variables, name):
         return f"<error: {type(err).__name__}: {err}>"
 
 
-def _stat(path: str):
-    if not path:
-        return None
-    target = Path(path).expanduser()
-    if target.is_dir():
-        return {p.name: _stat(str(p)) for p in sorted(target.iterdir()) if p.is_file()}
-    try:
-        info = target.stat()
-    except OSError:
-        return "absent"
-    return [info.st_size, info.st_mtime_ns]
-
-
-def deploy_fingerprint(variables, members, hostvars, paths=None):
+def deploy_fingerprint(variables, members, hostvars, extra=None):
     prefixes = _prefixes()
     settings = {name: _value(variables, name) for name in sorted(variables.keys())
                 if name.startswith(prefixes) or name in CONNECTION}
-    cluster = {member: _value(hostvars[member], "ansible_host") if "ansible_host" in hostvars[member] else member
-               for member in members}
-    document = {
-        "collection": collection_digest(),
-        "settings": settings,
-        "members": cluster,
-        "files": {path: _stat(path) for path in paths or [] if path},
-    }
+    cluster = [[member, _value(hostvars[member], "ansible_host") if "ansible_host" in hostvars[member] else member]
+               for member in members]
+    document = {"collection": collection_digest(), "settings": settings, "members": cluster, "extra": extra or {}}
     return hashlib.sha256(json.dumps(document, sort_keys=True, default=str).encode()).hexdigest()
 
 

@@ -32,8 +32,9 @@ SCHEMA = "vllmops.deploy-state/1"
 
 
 def _run(argv: list[str]) -> tuple[int, str]:
+    env = {**os.environ, "LC_ALL": "C"}
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False, env=env)
     except (OSError, subprocess.TimeoutExpired) as err:
         return 127, str(err)
     return proc.returncode, proc.stdout
@@ -47,7 +48,10 @@ def files(patterns: list[str], excluded: list[str]) -> dict:
         for path in sorted(glob.glob(pattern, recursive=True)):
             if path in skip:
                 continue
-            info = os.lstat(path)
+            try:
+                info = os.lstat(path)
+            except FileNotFoundError:  # gone since the glob: as if never there
+                continue
             if stat.S_ISLNK(info.st_mode):
                 seen[path] = "-> " + os.readlink(path)
             elif stat.S_ISREG(info.st_mode):
@@ -77,15 +81,21 @@ def units(patterns: list[str]) -> dict:
     return seen
 
 
-def containers(label: str, docker_host: str | None) -> dict:
-    """name -> 'running IMAGE_ID' for the containers carrying our label."""
-    if not label:
+def containers(label: str, images_: list[str], docker_host: str | None) -> dict:
+    """name -> 'STATE IMAGE_ID' for the containers carrying our label, and
+    'image NAME' -> its ID (or 'absent') for the images the units run."""
+    if not label and not images_:
         return {}
+    client = DockerClient(docker_host, timeout=10)
     try:
-        listed = DockerClient(docker_host, timeout=10).containers(label=label)
+        seen = {c["Names"][0].lstrip("/"): f"{c['State']} {c['ImageID']}"
+                for c in (client.containers(label=label) if label else [])}
+        for name in images_:
+            found = client.image_inspect(name)
+            seen[f"image {name}"] = found["Id"] if found else "absent"
     except (DockerError, OSError) as err:
         return {"(docker)": f"unreachable: {err}"}
-    return {c["Names"][0].lstrip("/"): f"{c['State']} {c['ImageID']}" for c in listed}
+    return seen
 
 
 def packages(patterns: list[str]) -> dict:
@@ -106,15 +116,25 @@ def nft_tables(names: list[str]) -> dict:
 
 
 def addresses() -> list[str]:
-    """The node's global addresses with their interfaces (a changed address changes the cluster's environment)."""
+    """The node's global addresses with their interfaces (a changed address changes the cluster's environment);
+    IPv6 privacy addresses, which rotate by themselves, left out."""
     rc, out = _run(["ip", "-o", "address", "show", "scope", "global"])
     if rc != 0:
         return []
-    return sorted(f"{f[1]} {f[3]}" for f in (line.split() for line in out.splitlines()) if len(f) > 3)
+    return sorted(f"{f[1]} {f[3]}" for f in (line.split() for line in out.splitlines())
+                  if len(f) > 3 and "temporary" not in f and "deprecated" not in f)
 
 
-def gpu_devices() -> list[str]:
-    return sorted(glob.glob("/dev/nvidia[0-9]*"))
+def gpus() -> list[str]:
+    """The GPUs the driver sees (UUIDs and driver version: one fallen off the bus keeps its /dev node) and their
+    device nodes."""
+    rc, out = _run(["nvidia-smi", "--query-gpu=uuid,driver_version", "--format=csv,noheader"])
+    listed = sorted(line.strip() for line in out.splitlines() if line.strip()) if rc == 0 else [f"nvidia-smi rc {rc}"]
+    return listed + sorted(glob.glob("/dev/nvidia[0-9]*"))
+
+
+# The node's own services: never through an http_proxy of its environment.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def answers(urls: list[str], timeout: float = 5) -> dict:
@@ -122,7 +142,7 @@ def answers(urls: list[str], timeout: float = 5) -> dict:
     seen = {}
     for url in urls:
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as response:
+            with _DIRECT.open(url, timeout=timeout) as response:
                 seen[url] = response.status
         except urllib.error.HTTPError as err:
             seen[url] = err.code
@@ -136,11 +156,11 @@ def observe(spec: dict) -> dict:
     return {
         "files": files(spec.get("files", []), spec.get("files_excluded", [])),
         "units": units(spec.get("units", [])),
-        "containers": containers(spec.get("container_label", ""), spec.get("docker_host")),
+        "containers": containers(spec.get("container_label", ""), spec.get("images", []), spec.get("docker_host")),
         "packages": packages(spec.get("packages", [])),
         "nft_tables": nft_tables(spec.get("nft_tables", [])),
         "addresses": addresses(),
-        "gpu_devices": gpu_devices(),
+        "gpus": gpus(),
         "answers": answers(spec.get("health_urls", [])),
     }
 

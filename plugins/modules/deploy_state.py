@@ -18,9 +18,10 @@ description:
     leaves no record behind.
   - With O(state=absent), removes the record (teardown).
   - "Observed: the files O(files) match (sha256, mode, owner; O(files_excluded) left out), the units O(units) match
-    (running or not, enablement), the containers carrying O(container_label) (state, image ID), the installed packages
-    O(packages) match (versions), the nftables tables O(nft_tables) (family inet), the node's global addresses, its
-    C(/dev/nvidiaN) device nodes and the HTTP status of O(health_urls)."
+    (running or not, enablement), the containers carrying O(container_label) (state, image ID), the IDs of O(images),
+    the installed packages O(packages) match (versions), the nftables tables O(nft_tables) (family inet), the node's
+    global addresses (IPv6 privacy addresses aside), its GPUs as C(nvidia-smi) lists them and its C(/dev/nvidiaN)
+    device nodes, and the HTTP status of O(health_urls) (never through a proxy)."
 options:
   state:
     description: What to do.
@@ -54,6 +55,11 @@ options:
     description: The label of our containers.
     type: str
     default: ""
+  images:
+    description: Image names whose ID on the node is compared (the serving image).
+    type: list
+    elements: str
+    default: []
   packages:
     description: dpkg package name patterns.
     type: list
@@ -94,7 +100,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 converged:
-  description: Whether the node is as the record says (C(checked) only).
+  description: Whether the node is as the record says (C(checked)); true once recorded (C(recorded)).
   returned: always
   type: bool
 reasons:
@@ -111,7 +117,7 @@ recorded_at:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vllmops.cluster.plugins.module_utils import deploy_state
 
-SPEC_KEYS = ("files", "files_excluded", "units", "container_label", "packages", "nft_tables", "health_urls",
+SPEC_KEYS = ("files", "files_excluded", "units", "container_label", "images", "packages", "nft_tables", "health_urls",
              "docker_host")
 
 
@@ -125,6 +131,7 @@ def main():
             files_excluded=dict(type="list", elements="str", default=[]),
             units=dict(type="list", elements="str", default=[]),
             container_label=dict(type="str", default=""),
+            images=dict(type="list", elements="str", default=[]),
             packages=dict(type="list", elements="str", default=[]),
             nft_tables=dict(type="list", elements="str", default=[]),
             health_urls=dict(type="list", elements="str", default=[]),
@@ -132,6 +139,13 @@ def main():
         ),
         supports_check_mode=True,
     )
+    try:
+        run(module)
+    except (OSError, ValueError) as err:
+        module.fail_json(msg=f"{module.params['path']} ({module.params['state']}): {err}")
+
+
+def run(module):
     params = module.params
     path = params["path"]
     spec = {key: params[key] for key in SPEC_KEYS}

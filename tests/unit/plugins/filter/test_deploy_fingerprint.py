@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from ansible_collections.vllmops.cluster.plugins.filter.deploy_fingerprint import deploy_fingerprint
+from ansible_collections.vllmops.cluster.plugins.filter.files_fingerprint import files_fingerprint
 
 MEMBERS = ["node1", "node2"]
 
@@ -15,8 +16,8 @@ def _hostvars(**node1):
             "node2": {"ansible_host": "10.0.0.2"}}
 
 
-def _print(hostvars, paths=None):
-    return deploy_fingerprint(hostvars["node1"], MEMBERS, hostvars, paths)
+def _print(hostvars, extra=None):
+    return deploy_fingerprint(hostvars["node1"], MEMBERS, hostvars, extra)
 
 
 def test_stable():
@@ -53,11 +54,25 @@ def test_an_untemplatable_setting_counts_as_its_error():
     assert len(deploy_fingerprint(hostvars["node1"], MEMBERS, hostvars)) == 64
 
 
+def test_the_members_order_counts_the_first_is_the_default_head():
+    hostvars = _hostvars()
+    assert deploy_fingerprint(hostvars["node1"], ["node2", "node1"], hostvars) != _print(hostvars)
+
+
+def test_the_ansible_version_counts():
+    assert _print(_hostvars(), {"ansible_core": "2.21.5"}) != _print(_hostvars(), {"ansible_core": "2.20.10"})
+
+
 def test_controller_files_count_by_size_and_time(tmp_path):
     archive = tmp_path / "image.tar"
     archive.write_bytes(b"x" * 10)
-    base = _print(_hostvars(), [str(archive)])
-    assert _print(_hostvars(), [str(archive)]) == base
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    base = files_fingerprint([str(archive), str(secrets), ""])
+    assert files_fingerprint([str(archive), str(secrets)]) == base
+    (secrets / "api-key").write_text("k")
+    with_key = files_fingerprint([str(archive), str(secrets)])
+    assert with_key != base
     os.utime(archive, ns=(1, 1))
-    assert _print(_hostvars(), [str(archive)]) != base
-    assert _print(_hostvars(), [str(tmp_path / "missing")]) != base
+    assert files_fingerprint([str(archive), str(secrets)]) != with_key
+    assert files_fingerprint([str(tmp_path / "missing")]) != files_fingerprint([])

@@ -21,11 +21,11 @@ def node(tmp_path, monkeypatch):
     (etc / "health.json").write_text("{}")
     state = {"units": {"vllmops-vllm.service": "active enabled"}, "containers": {"vllmops-vllm": "running sha256:a"}}
     monkeypatch.setattr(deploy_state, "units", lambda patterns: dict(state["units"]))
-    monkeypatch.setattr(deploy_state, "containers", lambda label, host: dict(state["containers"]))
+    monkeypatch.setattr(deploy_state, "containers", lambda label, images, host: dict(state["containers"]))
     monkeypatch.setattr(deploy_state, "packages", lambda patterns: {"docker.io": "20.10"})
     monkeypatch.setattr(deploy_state, "nft_tables", lambda names: {"inet vllmops": "d1"})
     monkeypatch.setattr(deploy_state, "addresses", lambda: ["eth1 10.0.0.1/24"])
-    monkeypatch.setattr(deploy_state, "gpu_devices", lambda: [])
+    monkeypatch.setattr(deploy_state, "gpus", lambda: [])
     monkeypatch.setattr(deploy_state, "answers", lambda urls: {u: 200 for u in urls})
     spec = {"files": [str(etc / "**")], "files_excluded": [str(etc / "health.json")], "units": ["vllmops*"]}
     return etc, state, spec, str(tmp_path / "var" / "deploy-state.json")
@@ -98,3 +98,11 @@ def test_links_are_compared_by_target(tmp_path):
     (tmp_path / "a").write_text("a")
     os.symlink("a", tmp_path / "link")
     assert deploy_state.files([str(tmp_path / "*")], [])[str(tmp_path / "link")] == "-> a"
+
+
+def test_privacy_addresses_which_rotate_by_themselves_do_not_count(monkeypatch):
+    out = ("2: eth0    inet 10.0.0.1/24 brd 10.0.0.255 scope global eth0\\       valid_lft forever\n"
+           "2: eth0    inet6 2001:db8::1234/64 scope global temporary dynamic \\       valid_lft 86000sec\n"
+           "2: eth0    inet6 2001:db8::1/64 scope global \\       valid_lft forever\n")
+    monkeypatch.setattr(deploy_state, "_run", lambda argv: (0, out))
+    assert deploy_state.addresses() == ["eth0 10.0.0.1/24", "eth0 2001:db8::1/64"]
