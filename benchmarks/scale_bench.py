@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -40,10 +41,27 @@ ENV = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "PATH": f"{ROO
 PING = "- name: One task\n  hosts: vllm_nodes\n  gather_facts: false\n  tasks:\n    - name: Ping\n      ansible.builtin.ping:\n"
 
 
+def machine_cpu_s() -> float:
+    """CPU seconds this machine has spent (all cores, every process: the controller and the nodes)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    busy = sum(int(v) for i, v in enumerate(fields[:8]) if i not in (3, 4))  # all but idle and iowait
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def controller_cpu_s() -> float:
+    """CPU seconds of this process's finished children (ansible-playbook, its forks and ssh)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+LAST = {}  # the CPU seconds of the last timed() call: machine, controller
+
+
 def timed(argv: list[str], env: dict | None = None) -> tuple[float, str]:
-    started = time.monotonic()
+    started, machine, controller = time.monotonic(), machine_cpu_s(), controller_cpu_s()
     proc = subprocess.run(argv, cwd=ROOT, env=env or ENV, capture_output=True, text=True)
     elapsed = time.monotonic() - started
+    LAST.update(machine=machine_cpu_s() - machine, controller=controller_cpu_s() - controller)
     if proc.returncode != 0:
         sys.exit(f"{' '.join(argv)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-2000:]}")
     return elapsed, proc.stdout
@@ -74,24 +92,29 @@ def play_times(doc: dict) -> list[tuple[str, float]]:
 def measure(nodes: int, rounds: int, serving: str, ping_book: str) -> dict:
     make = ["make", "--no-print-directory", f"SANDBOX_NODES={nodes}", f"SANDBOX_SERVING={serving}"]
     timed([*make, "sandbox-down"])
-    fresh, _ = timed([*make, "sandbox"])
-    print(f"[{nodes} nodes] fresh sandbox -> healthy endpoint: {fresh:.1f} s", flush=True)
+    fresh, out = timed([*make, "sandbox"], {**ENV, "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"})
+    fresh_cpu = dict(LAST)
+    fresh_doc, _ = json.JSONDecoder().raw_decode(out[out.index("{"):])
+    print(f"[{nodes} nodes] fresh sandbox -> healthy endpoint: {fresh:.1f} s; CPU {fresh_cpu['machine']:.0f} s "
+          f"(controller {fresh_cpu['controller']:.0f} s)", flush=True)
     fast, full, ping = [], [], []
     for _ in range(rounds):
         seconds, fast_doc = playbook("deploy.yml")
         fast.append(seconds)
         seconds, full_doc = playbook("deploy.yml", "-e", "vllmops_fast_rerun=false")
         full.append(seconds)
+        full_cpu = dict(LAST)
         ping.append(timed(["ansible-playbook", ping_book, "-i", "inventories/sandbox"])[0])
         for name, doc in (("no-op", fast_doc), ("full no-op", full_doc)):
             if changed(doc):
                 sys.exit(f"[{nodes} nodes] the {name} deploy changed {changed(doc)} things")
-        if "nothing to do" not in json.dumps(fast_doc):
+        if "nothing to do. -e" not in json.dumps(fast_doc):
             sys.exit(f"[{nodes} nodes] the no-op deploy did not take the fast path")
     print(f"[{nodes} nodes] no-op {fast}  full no-op {full}  ping {ping}", flush=True)
     return {"nodes": nodes, "fresh": fresh, "fast": statistics.median(fast), "full": statistics.median(full),
             "ping": statistics.median(ping), "fast_tasks": task_results(fast_doc),
-            "full_tasks": task_results(full_doc), "plays": play_times(full_doc)}
+            "full_tasks": task_results(full_doc), "fresh_tasks": task_results(fresh_doc), "fresh_cpu": fresh_cpu,
+            "full_cpu": full_cpu, "plays": play_times(full_doc), "fresh_plays": play_times(fresh_doc)}
 
 
 def main() -> int:
@@ -125,10 +148,19 @@ def main() -> int:
         print(f"\n{big['nodes']} nodes / {small['nodes']} nodes: fresh {big['fresh'] / small['fresh']:.2f}x, "
               f"no-op {big['fast'] / small['fast']:.2f}x, full no-op {big['full'] / small['full']:.2f}x, "
               f"ping {big['ping'] / small['ping']:.2f}x")
-    print("\nfull no-op, seconds per play: " + " | ".join(f"{r['nodes']} nodes" for r in results))
-    for i, (name, _) in enumerate(results[0]["plays"]):
-        cells = " | ".join(f"{r['plays'][i][1]:6.1f}" if i < len(r["plays"]) else "-" for r in results)
-        print(f"  {name[:70]:70} {cells}")
+    cores = os.cpu_count() or 1
+    print(f"\nCPU seconds ({cores} cores shared by the controller and every node; busy = CPU / (wall x cores)):")
+    for r in results:
+        for what, wall in (("fresh", r["fresh"]), ("full no-op", r["full"])):
+            cpu = r["fresh_cpu"] if what == "fresh" else r["full_cpu"]
+            print(f"  {r['nodes']} nodes {what:10}: machine {cpu['machine']:6.0f} s, controller (Ansible, ssh) "
+                  f"{cpu['controller']:6.0f} s, nodes {cpu['machine'] - cpu['controller']:6.0f} s; "
+                  f"busy {cpu['machine'] / (wall * cores):.0%}")
+    for key, title in (("fresh_plays", "fresh deploy"), ("plays", "full no-op")):
+        print(f"\n{title}, seconds per play: " + " | ".join(f"{r['nodes']} nodes" for r in results))
+        for i, (name, _) in enumerate(results[0][key]):
+            cells = " | ".join(f"{r[key][i][1]:6.1f}" if i < len(r[key]) else "-" for r in results)
+            print(f"  {name[:70]:70} {cells}")
 
     if args.image_copy:
         print("\n$ benchmarks/image_copy_bench.py", flush=True)

@@ -31,7 +31,7 @@ def test_settings_of_ours_count_others_do_not():
     assert _print(_hostvars(vllmops_backend="ray")) != base
     assert _print(_hostvars(docker_live_restore=True)) != base
     assert _print(_hostvars(ansible_user="ops")) != base
-    assert _print(_hostvars(unrelated_var=1, ansible_check_mode=True)) == base
+    assert _print(_hostvars(unrelated_var=1, ansible_check_mode=True, vllmops_fast_rerun=False)) == base
 
 
 def test_members_and_their_addresses_count():

@@ -1,0 +1,24 @@
+"""deploy.yml's fast path holds only if every play between the first (the
+comparison) and the last (the record) ends at once when every node is as
+recorded: a play added without that first step would run on every re-run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+PLAYS = yaml.safe_load((Path(__file__).resolve().parents[3] / "playbooks" / "deploy.yml").read_text())
+
+
+def test_the_first_play_compares_and_the_last_records():
+    assert "deploy_state_check" in str(PLAYS[0]["tasks"]) and PLAYS[0]["tags"] == ["always"]
+    assert "deploy_state_record" in str(PLAYS[-1]["tasks"])
+
+
+def test_every_play_between_ends_first_when_every_node_is_as_recorded():
+    for play in PLAYS[1:-1]:
+        first = play.get("pre_tasks", [{}])[0]
+        assert first.get("ansible.builtin.meta") == "end_play", play["name"]
+        assert first.get("when") == "vllmops_converged | default(false)", play["name"]
+        assert not play.get("gather_facts"), f"{play['name']}: facts before the end (preflight reads them once)"
