@@ -19,8 +19,8 @@ description:
     not C(vllmops_fast_rerun), a switch of the run itself.
     A variable that cannot be templated counts as its error."
   - The filter C(vllmops.cluster.files_fingerprint) adds the files on the controller the deploy reads, by size and
-    modification time (a directory: each file in it), so a new image archive or a replaced secret changes it without
-    reading gigabytes. deploy.yml takes it again when it records, after the run made the secrets.
+    modification time (of a directory, each file in it), so a new image archive or a replaced secret changes it
+    without reading gigabytes. deploy.yml takes it again when it records, after the run made the secrets.
 positional: _input
 options:
   _input:

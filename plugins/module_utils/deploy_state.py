@@ -21,23 +21,18 @@ import hashlib
 import json
 import os
 import stat
-import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerClient, DockerError
 
 SCHEMA = "vllmops.deploy-state/1"
 
 
-def _run(argv: list[str]) -> tuple[int, str]:
-    env = {**os.environ, "LC_ALL": "C"}
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False, env=env)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return 127, str(err)
-    return proc.returncode, proc.stdout
+# How commands run: the module's run_command, as (rc, stdout) with LC_ALL=C.
+Runner = Callable[[list[str]], tuple[int, str]]
 
 
 def files(patterns: list[str], excluded: list[str]) -> dict:
@@ -63,17 +58,17 @@ def files(patterns: list[str], excluded: list[str]) -> dict:
     return seen
 
 
-def units(patterns: list[str]) -> dict:
+def units(patterns: list[str], run: Runner) -> dict:
     """unit -> 'active'/'-' and its enablement: the units that run (a oneshot between two timer ticks is '-')."""
     if not patterns:
         return {}
     seen = {}
-    _, listed = _run(["systemctl", "list-units", "--all", "--plain", "--no-legend", "--no-pager", *patterns])
+    _rc, listed = run(["systemctl", "list-units", "--all", "--plain", "--no-legend", "--no-pager", *patterns])
     for line in listed.splitlines():
         fields = line.split()
         if len(fields) >= 4 and fields[1] != "not-found":
             seen[fields[0]] = "active" if fields[2] == "active" else "-"
-    _, enabled = _run(["systemctl", "list-unit-files", "--no-legend", "--no-pager", *patterns])
+    _rc, enabled = run(["systemctl", "list-unit-files", "--no-legend", "--no-pager", *patterns])
     for line in enabled.splitlines():
         fields = line.split()
         if len(fields) >= 2:
@@ -98,37 +93,37 @@ def containers(label: str, images_: list[str], docker_host: str | None) -> dict:
     return seen
 
 
-def packages(patterns: list[str]) -> dict:
+def packages(patterns: list[str], run: Runner) -> dict:
     """package -> version, for the installed packages the patterns match."""
     if not patterns:
         return {}
-    _, out = _run(["dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package} ${Version}\n", *patterns])
+    _rc, out = run(["dpkg-query", "-W", "-f", "${db:Status-Abbrev} ${Package} ${Version}\n", *patterns])
     return {f[1]: f[2] for f in (line.split() for line in out.splitlines()) if len(f) == 3 and f[0] == "ii"}
 
 
-def nft_tables(names: list[str]) -> dict:
+def nft_tables(names: list[str], run: Runner) -> dict:
     """'inet NAME' -> the digest of the loaded table (absent: '-')."""
     seen = {}
     for name in names:
-        rc, out = _run(["nft", "list", "table", "inet", name])
+        rc, out = run(["nft", "list", "table", "inet", name])
         seen[f"inet {name}"] = hashlib.sha256(out.encode()).hexdigest() if rc == 0 else "-"
     return seen
 
 
-def addresses() -> list[str]:
+def addresses(run: Runner) -> list[str]:
     """The node's global addresses with their interfaces (a changed address changes the cluster's environment);
     IPv6 privacy addresses, which rotate by themselves, left out."""
-    rc, out = _run(["ip", "-o", "address", "show", "scope", "global"])
+    rc, out = run(["ip", "-o", "address", "show", "scope", "global"])
     if rc != 0:
         return []
     return sorted(f"{f[1]} {f[3]}" for f in (line.split() for line in out.splitlines())
                   if len(f) > 3 and "temporary" not in f and "deprecated" not in f)
 
 
-def gpus() -> list[str]:
+def gpus(run: Runner) -> list[str]:
     """The GPUs the driver sees (UUIDs and driver version: one fallen off the bus keeps its /dev node) and their
     device nodes."""
-    rc, out = _run(["nvidia-smi", "--query-gpu=uuid,driver_version", "--format=csv,noheader"])
+    rc, out = run(["nvidia-smi", "--query-gpu=uuid,driver_version", "--format=csv,noheader"])
     listed = sorted(line.strip() for line in out.splitlines() if line.strip()) if rc == 0 else [f"nvidia-smi rc {rc}"]
     return listed + sorted(glob.glob("/dev/nvidia[0-9]*"))
 
@@ -151,16 +146,16 @@ def answers(urls: list[str], timeout: float = 5) -> dict:
     return seen
 
 
-def observe(spec: dict) -> dict:
+def observe(spec: dict, run: Runner) -> dict:
     """Everything a record compares, read in one pass on the node."""
     return {
         "files": files(spec.get("files", []), spec.get("files_excluded", [])),
-        "units": units(spec.get("units", [])),
+        "units": units(spec.get("units", []), run),
         "containers": containers(spec.get("container_label", ""), spec.get("images", []), spec.get("docker_host")),
-        "packages": packages(spec.get("packages", [])),
-        "nft_tables": nft_tables(spec.get("nft_tables", [])),
-        "addresses": addresses(),
-        "gpus": gpus(),
+        "packages": packages(spec.get("packages", []), run),
+        "nft_tables": nft_tables(spec.get("nft_tables", []), run),
+        "addresses": addresses(run),
+        "gpus": gpus(run),
         "answers": answers(spec.get("health_urls", [])),
     }
 
@@ -197,7 +192,7 @@ def read(path: str) -> dict | None:
     return record if isinstance(record, dict) and record.get("schema") == SCHEMA else None
 
 
-def check(path: str, inputs: str) -> tuple[bool, list[str]]:
+def check(path: str, inputs: str, run: Runner) -> tuple[bool, list[str]]:
     """(converged, reasons): converged when a record exists, its inputs equal these and the node looks the same
     (observed as the record says it was observed)."""
     record = read(path)
@@ -205,14 +200,14 @@ def check(path: str, inputs: str) -> tuple[bool, list[str]]:
         return False, ["no record of a completed deploy on this node"]
     if record.get("inputs") != inputs:
         return False, ["the settings or the collection changed since the last completed deploy"]
-    reasons = differences(record.get("observed", {}), observe(record.get("spec", {})))
+    reasons = differences(record.get("observed", {}), observe(record.get("spec", {}), run))
     return not reasons, reasons
 
 
-def write(path: str, inputs: str, spec: dict) -> dict:
+def write(path: str, inputs: str, spec: dict, run: Runner) -> dict:
     """Observe the node and keep it (0600, written whole or not at all)."""
     record = {"schema": SCHEMA, "inputs": inputs, "spec": spec, "recorded_at": int(time.time()),
-              "observed": observe(spec)}
+              "observed": observe(spec, run)}
     os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
     partial = path + ".tmp"
     with open(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:

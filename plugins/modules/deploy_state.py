@@ -84,6 +84,7 @@ attributes:
     description: C(checked) observes only; C(recorded) and C(absent) report what they would do.
   diff_mode:
     support: none
+    description: The record is our own bookkeeping; nothing to diff.
   idempotent:
     support: partial
     description: C(recorded) rewrites the record with the time of the run.
@@ -146,6 +147,13 @@ def main():
 
 
 def run(module):
+    def command(argv):
+        try:
+            rc, out, _err = module.run_command(argv, environ_update={"LC_ALL": "C"}, handle_exceptions=False)
+        except OSError as err:  # not installed here (nvidia-smi on a host without GPUs): an observation too
+            return 127, str(err)
+        return rc, out
+
     params = module.params
     path = params["path"]
     spec = {key: params[key] for key in SPEC_KEYS}
@@ -160,10 +168,10 @@ def run(module):
     if params["state"] == "recorded":
         if module.check_mode:
             module.exit_json(changed=True, converged=False, reasons=[], recorded_at=recorded_at)
-        record = deploy_state.write(path, params["inputs"], spec)
+        record = deploy_state.write(path, params["inputs"], spec, command)
         module.exit_json(changed=True, converged=True, reasons=[], recorded_at=record["recorded_at"])
 
-    converged, reasons = deploy_state.check(path, params["inputs"])
+    converged, reasons = deploy_state.check(path, params["inputs"], command)
     changed = False
     if not converged and previous is not None and not module.check_mode:
         changed = deploy_state.forget(path)
