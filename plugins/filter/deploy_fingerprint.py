@@ -88,10 +88,11 @@ def _prefixes() -> tuple[str, ...]:
 
 
 def _value(variables, name):
+    """The setting, templated whole (as JSON text), or the error it gives."""
     try:
-        return variables[name]
-    except Exception as err:
-        return f"<error: {type(err).__name__}: {err}>"
+        return json.dumps(variables[name], sort_keys=True, default=str)
+    except Exception as err:  # an undefined variable, a failing lookup: ansible-core raises several kinds
+        return f"<error: {type(err).__name__}>"
 
 
 def deploy_fingerprint(variables, members, hostvars, extra=None):
