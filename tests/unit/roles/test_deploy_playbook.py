@@ -22,3 +22,9 @@ def test_every_play_between_ends_first_when_every_node_is_as_recorded():
         assert first.get("ansible.builtin.meta") == "end_play", play["name"]
         assert first.get("when") == "vllmops_converged | default(false)", play["name"]
         assert not play.get("gather_facts"), f"{play['name']}: facts before the end (preflight reads them once)"
+
+
+def test_the_tags_that_make_a_run_partial_are_deploy_ymls_play_tags():
+    defaults = yaml.safe_load((Path(__file__).resolve().parents[3] / "roles/vllmops/defaults/main.yml").read_text())
+    play_tags = {tag for play in PLAYS for tag in play.get("tags", [])} - {"always"}
+    assert set(defaults["vllmops_deploy_tags"]) == play_tags
