@@ -7,8 +7,8 @@ A record holds two things: the fingerprint of the deploy's inputs (the
 settings and the collection's own files, made on the controller) and an
 observation of the node (our files' digests, modes and owners, which of our
 units run and are enabled, our containers and the images they run, the
-packages we install, our firewall table, the node's addresses and GPU device
-nodes, and whether the service answers). A re-run whose inputs and
+packages we install, our firewall table, the node's addresses and GPUs,
+and whether the service answers). A re-run whose inputs and
 observation equal the record has nothing to do; anything else, however
 small, sends it down the full path, which removes the record first, so that a
 run that fails half way never leaves a record behind.
