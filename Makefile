@@ -18,6 +18,13 @@ SANDBOX_CLUSTER_CIDR ?= 10.88.0.0/24
 # 4 (heads) x 2 (layers) ways, the 2 layers only in compiled mode.
 SANDBOX_SERVING ?= $(if $(filter 1 2,$(SANDBOX_NODES)),real,standin)
 SANDBOX_IMAGE_TOOL = $(PY) tests/sandbox/serving/$(if $(filter real,$(SANDBOX_SERVING)),real_vllm.py,serving_image.py)
+# The model hub's stand-in (tests/sandbox/hub.py): the tiny model published as
+# sandbox/tiny-llama (and, gated, as sandbox/tiny-gated), served on the
+# management network's gateway. The real image's huggingface_hub downloads it
+# on node1; the stand-in image has none, so it comes from this machine then.
+SANDBOX_HUB_PORT ?= 29780
+SANDBOX_HUB_DIR ?= $(HOME)/.cache/vllmops/hub
+SANDBOX_GATEWAY = $(shell python3 -c "import ipaddress; print(next(ipaddress.ip_network('$(SANDBOX_MGMT_CIDR)').hosts()))")
 
 .PHONY: venv venv-oldest test sandbox sandbox-down build clean
 
@@ -46,18 +53,25 @@ test: venv
 	$(PY) tests/run.py
 
 sandbox: venv
+	model=$$($(PY) tests/sandbox/serving/real_vllm.py model) && \
+	revision=$$($(PY) tests/sandbox/hub.py publish --root $(SANDBOX_HUB_DIR) --repo sandbox/tiny-llama --source $$model) && \
+	$(PY) tests/sandbox/hub.py publish --root $(SANDBOX_HUB_DIR) --repo sandbox/tiny-gated --source $$model >/dev/null && \
 	$(PY) tests/sandbox/nodes.py up --prefix $(SANDBOX_PREFIX) --count $(SANDBOX_NODES) \
 	  --network $(SANDBOX_PREFIX)-mgmt=$(SANDBOX_MGMT_CIDR) --network $(SANDBOX_PREFIX)-cluster=$(SANDBOX_CLUSTER_CIDR) \
 	  $(foreach n,$(shell seq $(SANDBOX_NODES)),--gpus gb10:1) --copy "$$($(PY) tests/sandbox/gpu/toolkit_repo.py build):/srv/vllmops-nvidia-repo" \
-	  --copy "$$($(PY) tests/sandbox/serving/real_vllm.py model)/.:/srv/models/sandbox-tiny" \
+	  $(if $(filter real,$(SANDBOX_SERVING)),--var model_hub_repo=sandbox/tiny-llama --var model_hub_revision=$$revision \
+	    --var model_hub_endpoint=http://$(SANDBOX_GATEWAY):$(SANDBOX_HUB_PORT),--var model_controller_path=$$model) \
 	  --inventory inventories/sandbox/hosts.yml \
 	  --var image_archive=$$($(SANDBOX_IMAGE_TOOL) archive) --var vllmops_image=$$($(SANDBOX_IMAGE_TOOL) name) \
 	  $(if $(filter standin,$(SANDBOX_SERVING)),--var vllmops_backend=ray) \
 	  --var 'vllmops_api_allowed_cidrs=["$(SANDBOX_MGMT_CIDR)"]' --var 'vllmops_metrics_allowed_cidrs=["$(SANDBOX_MGMT_CIDR)"]' >/dev/null
+	$(PY) tests/sandbox/hub.py start --root $(SANDBOX_HUB_DIR) --address $(SANDBOX_GATEWAY) --port $(SANDBOX_HUB_PORT) \
+	  --gated sandbox/tiny-gated=sandbox-gated-token --pidfile $(SANDBOX_HUB_DIR)/$(SANDBOX_PREFIX).pid >/dev/null
 	ansible-playbook deploy.yml -i inventories/sandbox
 	$(PY) tests/sandbox/endpoint.py inventories/sandbox
 
 sandbox-down:
+	python3 tests/sandbox/hub.py stop --pidfile $(SANDBOX_HUB_DIR)/$(SANDBOX_PREFIX).pid
 	python3 tests/sandbox/nodes.py down --prefix $(SANDBOX_PREFIX)
 	rm -f inventories/sandbox/hosts.yml
 

@@ -58,6 +58,23 @@ def files(patterns: list[str], excluded: list[str]) -> dict:
     return seen
 
 
+def trees(roots: list[str]) -> dict:
+    """path -> 'size mtime_ns' of each file, and of every file under each directory: stat only (a model's hundreds of gigabytes)."""
+    seen = {}
+    for root in roots:
+        walk = [(os.path.dirname(root), [], [os.path.basename(root)])] if os.path.isfile(root) else os.walk(root)
+        for top, dirs, names in walk:
+            dirs.sort()
+            for name in sorted(names):
+                path = os.path.join(top, name)
+                try:
+                    info = os.stat(path)
+                except FileNotFoundError:
+                    continue
+                seen[path] = f"{info.st_size} {info.st_mtime_ns}"
+    return seen
+
+
 def units(patterns: list[str], run: Runner) -> dict:
     """unit -> 'active'/'-' and its enablement: the units that run (a oneshot between two timer ticks is '-')."""
     if not patterns:
@@ -150,6 +167,7 @@ def observe(spec: dict, run: Runner) -> dict:
     """Everything a record compares, read in one pass on the node."""
     return {
         "files": files(spec.get("files", []), spec.get("files_excluded", [])),
+        "trees": trees(spec.get("trees", [])),
         "units": units(spec.get("units", []), run),
         "containers": containers(spec.get("container_label", ""), spec.get("images", []), spec.get("docker_host")),
         "packages": packages(spec.get("packages", []), run),

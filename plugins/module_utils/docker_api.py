@@ -259,9 +259,13 @@ class DockerClient:
 
     def container_create(self, image: str, name: str | None = None, entrypoint: list[str] | None = None,
                          cmd: list[str] | None = None, labels: dict | None = None,
-                         device_requests: list[dict] | None = None) -> str:
-        """`docker create`; returns the container ID. The container is not started."""
-        config: dict = {"Image": image, "Labels": labels or {}, "HostConfig": {}}
+                         device_requests: list[dict] | None = None, env: list[str] | None = None,
+                         host_config: dict | None = None) -> str:
+        """`docker create`; returns the container ID. The container is not started. host_config adds to the
+        engine's HostConfig (Binds, NetworkMode...)."""
+        config: dict = {"Image": image, "Labels": labels or {}, "HostConfig": dict(host_config or {})}
+        if env:
+            config["Env"] = env
         if entrypoint is not None:
             config["Entrypoint"] = entrypoint
         if cmd is not None:
@@ -307,10 +311,11 @@ class DockerClient:
             raise
 
     def run(self, image: str, entrypoint: list[str], cmd: list[str], timeout: float, name: str | None = None,
-            labels: dict | None = None, device_requests: list[dict] | None = None) -> ContainerRun:
+            labels: dict | None = None, device_requests: list[dict] | None = None, env: list[str] | None = None,
+            host_config: dict | None = None) -> ContainerRun:
         """`docker run --rm` bounded by timeout: a container still running then is killed. The container is
         removed in every case, also when creating or starting it fails (a DockerError)."""
-        container = self.container_create(image, name, entrypoint, cmd, labels, device_requests)
+        container = self.container_create(image, name, entrypoint, cmd, labels, device_requests, env, host_config)
         try:
             self.container_start(container)
             try:

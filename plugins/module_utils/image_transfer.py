@@ -3,6 +3,8 @@
 """Stream a Docker image from one source down a chain of nodes: the engine's
 save (GET /images/NAME/get) into each receiver engine's load (POST
 /images/load) over HTTP, with no temporary file of the whole image anywhere.
+The model's files travel down the same chain (model_files: serve() and
+receive_stream() with a model's file stream and writer).
 
 The source (a node that has the image, or a `docker save` archive on the
 controller) serves the first receiver, on a path that is that receiver's
@@ -360,6 +362,17 @@ def receive(docker, url, connect_deadline_s=60, progress_path=None, total_bytes=
 
     When this node's load fails, the rest of the stream is still relayed to the
     next node before the error is raised."""
+    return receive_stream(docker.image_load, "docker load", url, connect_deadline_s, progress_path, total_bytes, upstream,
+                          relay, idle_s)
+
+
+def receive_stream(consume, what, url, connect_deadline_s=60, progress_path=None, total_bytes=None,
+                   upstream="the source", relay=None, idle_s=120):
+    """GET url and hand its chunks to consume(iterator of bytes), relaying every byte to `relay` (a Relay) as it
+    arrives; return (bytes received, seconds, what consume returned).
+
+    When consume fails (`what` names it in the error), the rest of the stream
+    is still relayed to the next node before the error is raised."""
     progress = _Progress(progress_path, total_bytes, upstream, relay)
     received = 0
     try:
@@ -406,14 +419,16 @@ def receive(docker, url, connect_deadline_s=60, progress_path=None, total_bytes=
     try:
         with response:
             try:
-                said = docker.image_load(stream)
-            except (DockerError, OSError) as err:
+                said = consume(stream)
+            except UpstreamError:
+                raise
+            except (DockerError, TransferError, OSError) as err:
                 loaded = received
                 if relay:
                     with contextlib.suppress(UpstreamError):
                         for _chunk in stream:  # the next nodes still get their copy
                             pass
-                raise TransferError(f"docker load failed after {loaded} bytes: {err}") from err
+                raise TransferError(f"{what} failed after {loaded} bytes: {err}") from err
     except TransferError:
         progress.update(received, "failed", force=True)
         raise

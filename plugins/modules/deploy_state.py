@@ -17,7 +17,8 @@ description:
     When the node is not converged the record is removed (not in check mode), so a full run that fails half way
     leaves no record behind.
   - With O(state=absent), removes the record (teardown).
-  - "Observed: the files O(files) match (sha256, mode, owner; O(files_excluded) left out), the units O(units) match
+  - "Observed: the files O(files) match (sha256, mode, owner; O(files_excluded) left out), the files under O(trees)
+    (size, modification time), the units O(units) match
     (running or not, enablement), the containers carrying O(container_label) (state, image ID), the IDs of O(images),
     the installed packages O(packages) match (versions), the nftables tables O(nft_tables) (family inet), the node's
     global addresses (IPv6 privacy addresses aside), its GPUs as C(nvidia-smi) lists them and its C(/dev/nvidiaN)
@@ -45,6 +46,11 @@ options:
     description: Glob patterns of files left out (files our services rewrite while they run).
     type: list
     elements: str
+    default: []
+  trees:
+    description: Files, and directories whose files, are compared by size and modification time (the model; no content is read).
+    type: list
+    elements: path
     default: []
   units:
     description: systemd unit patterns.
@@ -118,7 +124,7 @@ recorded_at:
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vllmops.cluster.plugins.module_utils import deploy_state
 
-SPEC_KEYS = ("files", "files_excluded", "units", "container_label", "images", "packages", "nft_tables", "health_urls",
+SPEC_KEYS = ("files", "files_excluded", "trees", "units", "container_label", "images", "packages", "nft_tables", "health_urls",
              "docker_host")
 
 
@@ -130,6 +136,7 @@ def main():
             inputs=dict(type="str", default=""),
             files=dict(type="list", elements="str", default=[]),
             files_excluded=dict(type="list", elements="str", default=[]),
+            trees=dict(type="list", elements="path", default=[]),
             units=dict(type="list", elements="str", default=[]),
             container_label=dict(type="str", default=""),
             images=dict(type="list", elements="str", default=[]),

@@ -1,0 +1,219 @@
+# Copyright: vllmops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A Hugging Face Hub repository, read with the serving image's own huggingface_hub.
+
+The client runs in a container of the serving image (the version the image
+ships, its proxies and CA bundle), on the host network, with the target's
+staging directory mounted. The token never reaches a command line, an
+environment or a log: it is a 0600 file mounted read-only, named by
+HF_TOKEN_PATH. The hub's own hashes check every file: sha256 for the files
+in LFS (the weights), the git blob sha1 for the others.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import threading
+
+from ansible_collections.vllmops.cluster.plugins.module_utils import model_files
+from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerError
+
+TOKEN_IN_CONTAINER = "/run/vllmops-hub-token"
+MARKER = ".cache/vllmops-download.json"
+
+# Runs in the image: argv is mode (info | download), repo, revision, local_dir. Prints one JSON line.
+SCRIPT = r"""
+import json, sys
+mode, repo, revision, dest = sys.argv[1:5]
+def lfs_sha(entry):
+    lfs = getattr(entry, "lfs", None)
+    if lfs is None:
+        return None
+    return lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)
+try:
+    from huggingface_hub import HfApi, snapshot_download
+except Exception as err:
+    print(json.dumps({"error": "ImportError", "message": repr(err)}))
+    sys.exit(0)
+try:
+    info = HfApi().model_info(repo, revision=revision, files_metadata=True)
+    out = {"sha": info.sha, "files": [{"name": s.rfilename, "size": s.size, "sha256": lfs_sha(s), "blob_id": s.blob_id}
+                                      for s in info.siblings or []]}
+    if mode == "download":
+        snapshot_download(repo, revision=info.sha, local_dir=dest)
+except Exception as err:
+    out = {"error": type(err).__name__, "message": str(err)[-1500:]}
+print(json.dumps(out))
+"""
+
+
+class HubError(Exception):
+    pass
+
+
+def explain(error, message, repo, revision, endpoint, has_token):
+    """One sentence for what the client raised."""
+    hub = endpoint or "the Hugging Face Hub"
+    if error == "GatedRepoError":
+        if has_token:
+            return (f"{repo} is gated and model_hub_token may not read it: accept the model's terms on {hub} with the "
+                    "account the token belongs to, or give that account's token")
+        return (f"{repo} is gated: accept the model's terms on {hub}, then set model_hub_token to a token of that "
+                "account (keep it in Ansible Vault)")
+    if error == "RepositoryNotFoundError":
+        return (f"{hub} has no model {repo}" + (" that model_hub_token may read" if has_token else
+                " (or it is private: set model_hub_token)") + ": check model_hub_repo")
+    if error == "RevisionNotFoundError":
+        return f"{repo} has no revision {revision}: set model_hub_revision to one of its commits"
+    if error == "ImportError":
+        return ("the serving image has no usable huggingface_hub to download with (" + message + "): put the model on "
+                "a node (model_source_host) or the controller (model_controller_path) instead")
+    if error in ("LocalEntryNotFoundError", "ConnectError", "ConnectTimeout", "ConnectionError", "OfflineModeIsEnabled"):
+        return f"cannot reach {hub} from this node ({error}: {message}): check model_hub_endpoint and the proxy"
+    return f"the hub client failed: {error}: {message}"
+
+
+def _check(name, entry, path):
+    """The file's sha256 when it is the hub's (its sha256 for LFS files, its git blob sha1 for the rest), else None."""
+    full = os.path.join(path, name)
+    if not os.path.isfile(full) or os.path.getsize(full) != entry["size"]:
+        return None
+    sha256 = model_files.sha256_file(full)
+    if entry.get("sha256"):
+        return sha256 if sha256 == entry["sha256"] else None
+    if entry.get("blob_id") and model_files.git_blob_sha1(full) != entry["blob_id"]:
+        return None
+    return sha256
+
+
+class Hub:
+    """Calls to the hub through the image's client, on this host's engine (a DockerClient)."""
+
+    def __init__(self, docker, image, endpoint="", token="", timeout=7200):
+        self.docker, self.image, self.endpoint, self.token, self.timeout = docker, image, endpoint, token, timeout
+
+    def _run(self, mode, repo, revision, dest="", binds=()):
+        env = ["HF_HUB_OFFLINE=0", "HF_HUB_DISABLE_TELEMETRY=1", "HF_HUB_DISABLE_PROGRESS_BARS=1",
+               "HF_HOME=/tmp/vllmops-hf-home", "TRANSFORMERS_OFFLINE=0"]
+        if self.endpoint:
+            env.append("HF_ENDPOINT=" + self.endpoint.rstrip("/"))
+        binds = list(binds)
+        secrets = None
+        try:
+            if self.token:
+                secrets = tempfile.mkdtemp(prefix="vllmops-hub-")  # 0700
+                token_file = os.path.join(secrets, "token")
+                with os.fdopen(os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as out:
+                    out.write(self.token)
+                binds.append(f"{token_file}:{TOKEN_IN_CONTAINER}:ro")
+                env.append("HF_TOKEN_PATH=" + TOKEN_IN_CONTAINER)
+            run = self.docker.run(self.image, ["python3"], ["-c", SCRIPT, mode, repo, revision, dest], self.timeout,
+                                  labels={"io.vllmops.task": "model-download"}, env=env,
+                                  host_config={"NetworkMode": "host", "Binds": binds})
+        except DockerError as err:
+            raise HubError(f"running python3 in {self.image} failed ({err}): the image needs python3 with huggingface_hub "
+                           "to download; or put the model on a node (model_source_host) or the controller "
+                           "(model_controller_path)") from err
+        finally:
+            if secrets:
+                shutil.rmtree(secrets, ignore_errors=True)
+        if run.timed_out:
+            raise HubError(f"the hub client ran longer than {self.timeout} s and was stopped (model_download_timeout); "
+                           "a re-run resumes the download")
+        lines = [ln for ln in run.stdout.decode(errors="replace").splitlines() if ln.startswith("{")]
+        try:
+            said = json.loads(lines[-1])
+        except (IndexError, ValueError):
+            tail = run.stderr.decode(errors="replace")[-800:]
+            raise HubError(f"the hub client in {self.image} said nothing we understand (exit {run.status}): {tail}") from None
+        if "error" in said:
+            raise HubError(explain(said["error"], said.get("message", ""), repo, revision, self.endpoint, bool(self.token)))
+        return said
+
+    def info(self, repo, revision):
+        """The commit and {name: {size, sha256 (LFS only, else None), blob_id}} of repo at revision."""
+        said = self._run("info", repo, revision)
+        return said["sha"], {entry["name"]: entry for entry in said["files"]}
+
+    def download(self, repo, revision, path, progress_path=None):
+        """Download repo at revision into path's staging directory, check it against the hub's hashes and swap it
+        in; return (the manifest written, bytes downloaded now)."""
+        staging = model_files.staging_path(path)
+        marker = os.path.join(staging, MARKER)
+        want = {"repo": repo, "revision": revision}
+        try:
+            with open(marker) as handle:
+                resumable = json.load(handle) == want
+        except (OSError, ValueError):
+            resumable = False
+        if os.path.lexists(staging) and not resumable:
+            shutil.rmtree(staging)
+        os.makedirs(os.path.dirname(marker), mode=0o755, exist_ok=True)
+        with open(marker, "w") as out:
+            json.dump(want, out)
+        before = _tree_bytes(staging)
+        watcher = _Progress(progress_path, staging)
+        try:
+            said = self._run("download", repo, revision, staging, [f"{staging}:{staging}"])
+        finally:
+            watcher.stop()
+        listed = {entry["name"]: entry for entry in said["files"]}
+        hashes = {name: _check(name, entry, staging) for name, entry in listed.items()}
+        bad = sorted(name for name, sha in hashes.items() if sha is None)
+        if bad:
+            for name in bad:  # the next run downloads these again
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(staging, name))
+            raise HubError(f"{len(bad)} downloaded files differ from the hub's hashes ({', '.join(bad[:5])}); they were "
+                           "removed, a re-run downloads them again")
+        downloaded = max(0, _tree_bytes(staging) - before)
+        shutil.rmtree(os.path.join(staging, ".cache"), ignore_errors=True)
+        listing = model_files.listing(staging)
+        extra = sorted(set(listing) - set(listed))
+        if extra:
+            raise HubError(f"the download holds files the hub does not list at {revision}: {', '.join(extra[:5])}")
+        model_files.swap(staging, path)
+        # The same inodes after the rename: the hashes just checked carry over.
+        cache = {name: {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "sha256": hashes[name]}
+                 for name, info in listing.items()}
+        files, _hashed = model_files.scan(path, cache, "stat")
+        source = {"hub": repo, "revision": said["sha"], "endpoint": self.endpoint or ""}
+        return model_files.write_manifest(path, files, source), downloaded
+
+
+def _tree_bytes(path):
+    total = 0
+    for top, _dirs, names in os.walk(path):
+        for name in names:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(top, name)).st_size
+    return total
+
+
+class _Progress:
+    """Bytes under the staging directory, written to progress_path every 2 s while the client downloads."""
+
+    def __init__(self, progress_path, staging):
+        self.path, self.staging = progress_path, staging
+        self.done = threading.Event()
+        self.thread = None
+        if progress_path:
+            os.makedirs(os.path.dirname(progress_path), exist_ok=True)
+            self.thread = threading.Thread(target=self._loop, daemon=True)
+            self.thread.start()
+
+    def _loop(self):
+        while not self.done.wait(2):
+            partial = self.path + ".part"
+            with open(partial, "w") as out:
+                json.dump({"state": "downloading", "bytes": _tree_bytes(self.staging)}, out)
+            os.replace(partial, self.path)
+
+    def stop(self):
+        self.done.set()
+        if self.thread:
+            self.thread.join(5)

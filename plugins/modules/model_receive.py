@@ -1,0 +1,218 @@
+#!/usr/bin/python
+# Copyright: vllmops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+module: model_receive
+short_description: Receive a model's files from model_source (or the previous node), relaying them to the next node
+version_added: 0.2.0
+description:
+  - Compares the model directory O(path) with O(reference) (every file's size and sha256). The files this node lacks
+    or holds differently are read from O(url), the stream of O(names) served by M(vllmops.cluster.model_source) or by
+    the previous node's relay, each checked against its sha256 as it arrives.
+  - Never writes into the directory that is served. The new version is built beside it (in
+    C(PARENT/.vllmops-staging/NAME), with hard links to the files this node already holds right), checked whole, and
+    then swapped into place; the manifest (C(PATH.vllmops-manifest.json)) is written last. A copy interrupted earlier
+    leaves only the staging directory, which the next run discards.
+  - With O(relay_token), serves the whole stream, as it arrives, to the next node of the chain (one request on
+    O(relay_address):O(relay_port)), holding at most 64 MiB in memory.
+  - Writes its progress (bytes, seconds, MB/s, bytes relayed) as JSON to O(progress_file) about once a second.
+options:
+  path:
+    description: The model directory on this node.
+    type: path
+    required: true
+  reference:
+    description: The files the node must end up with (name to C(size) and C(sha256)).
+    type: dict
+    required: true
+  source:
+    description: Where the model came from, recorded in the manifest.
+    type: dict
+    default: {}
+  names:
+    description: The files the stream carries, in its order (those some node of the chain lacks).
+    type: list
+    elements: str
+    required: true
+  url:
+    description: Where this node's copy is served (C(http://ADDRESS:PORT/TOKEN)).
+    type: str
+    required: true
+  upstream:
+    description: Who serves O(url), for messages.
+    type: str
+    default: the model source
+  relay_token:
+    description: The next node's one-time token; empty for the last node of a chain.
+    type: str
+    default: ""
+  relay_to:
+    description: The next node's name, for messages.
+    type: str
+    default: the next node
+  relay_address:
+    description: The one address the relay listens on (this node's cluster address). Required with O(relay_token).
+    type: str
+  relay_port:
+    description: TCP port the relay listens on.
+    type: int
+    default: 29701
+  progress_file:
+    description: Where to write progress; empty for none.
+    type: str
+    default: /run/vllmops/model-receive.json
+  connect_deadline:
+    description: Seconds to keep trying to reach the upstream.
+    type: int
+    default: 60
+  idle_timeout:
+    description: Seconds the upstream may send nothing, or the next node read nothing, before that hop is broken.
+    type: int
+    default: 120
+  deadline:
+    description: Seconds the whole copy, relay included, may take.
+    type: int
+    default: 7200
+attributes:
+  check_mode:
+    support: full
+    description: Reports the files it would copy, copies nothing.
+  diff_mode:
+    support: none
+    description: No diff.
+  idempotent:
+    support: full
+    description: Copies nothing when the node holds the reference.
+author:
+  - vllmops.cluster developers (@vllmops)
+"""
+
+EXAMPLES = r"""
+- name: Receive the model from node1, relaying it to node3
+  vllmops.cluster.model_receive:
+    path: /srv/models/Qwen3.5-122B-A10B-FP8
+    reference: "{{ head_model.files }}"
+    names: "{{ stream }}"
+    url: "http://10.0.0.11:29701/{{ token }}"
+    upstream: node1
+    relay_token: "{{ hostvars['node3'].token }}"
+    relay_to: node3
+    relay_address: 10.0.0.12
+  no_log: true
+"""
+
+RETURN = r"""
+copied:
+  description: Files written on this node.
+  returned: success
+  type: list
+  elements: str
+bytes:
+  description: Bytes written on this node.
+  returned: success
+  type: int
+received_bytes:
+  description: Bytes read from the upstream (the whole stream, also what was only relayed).
+  returned: success
+  type: int
+relayed_bytes:
+  description: Bytes the next node read from this node's relay.
+  returned: success
+  type: int
+seconds:
+  description: Seconds the copy took.
+  returned: success
+  type: float
+digest:
+  description: The model's digest on this node now.
+  returned: success
+  type: str
+discarded_staging:
+  description: Whether an interrupted earlier copy was discarded.
+  returned: success
+  type: bool
+"""
+
+import os
+import shutil
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.vllmops.cluster.plugins.module_utils import model_files
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import Relay, TransferError, receive_stream
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            reference=dict(type="dict", required=True),
+            source=dict(type="dict", default={}),
+            names=dict(type="list", elements="str", required=True),
+            url=dict(type="str", required=True, no_log=True),
+            upstream=dict(type="str", default="the model source"),
+            relay_token=dict(type="str", default="", no_log=True),
+            relay_to=dict(type="str", default="the next node"),
+            relay_address=dict(type="str"),
+            relay_port=dict(type="int", default=29701),
+            progress_file=dict(type="str", default="/run/vllmops/model-receive.json"),
+            connect_deadline=dict(type="int", default=60),
+            idle_timeout=dict(type="int", default=120),
+            deadline=dict(type="int", default=7200),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    path, reference, names = params["path"].rstrip("/"), params["reference"], params["names"]
+    relay_wanted = bool(params["relay_token"])
+    if relay_wanted and not params["relay_address"]:
+        module.fail_json(msg="relaying the model: no relay_address: give this node's address the next node connects to")
+    try:
+        kept = model_files.read_manifest(path)
+        have = model_files.identity(model_files.scan(path, kept["files"] if kept else {}, "stat")[0])
+        wanted = model_files.needed(have, reference)
+        extra = sorted(set(have) - set(reference))
+        result = dict(changed=bool(wanted or extra), copied=wanted, bytes=0, received_bytes=0, relayed_bytes=0,
+                      seconds=0.0, digest=model_files.digest(have) if have else "", discarded_staging=False)
+        unreachable = sorted(set(wanted) - set(names))
+        if unreachable:
+            module.fail_json(msg=f"{path} lacks {', '.join(unreachable[:5])}, which the stream does not carry: the node "
+                                 "changed since it was read; re-run", **result)
+        # A node in the middle of a chain receives even when it lacks nothing: the next node waits for its relay.
+        if module.check_mode or (not result["changed"] and not relay_wanted):
+            module.exit_json(**result)
+        copy = model_files.StagedCopy(path, reference, names, wanted)
+        copy.prepare(have)
+        result["discarded_staging"] = copy.discarded
+        progress = params["progress_file"] or None
+        if progress:
+            os.makedirs(os.path.dirname(progress), exist_ok=True)
+        relay = None
+        if relay_wanted:
+            relay = Relay(params["relay_to"], params["relay_address"], params["relay_port"], params["relay_token"],
+                          params["deadline"], params["idle_timeout"])
+        try:
+            received, seconds, written = receive_stream(
+                copy.write, "writing the model", params["url"], params["connect_deadline"], progress,
+                sum(reference[name]["size"] for name in names), params["upstream"], relay, params["idle_timeout"])
+        finally:
+            relay_failed = relay.wait(params["deadline"]) if relay else None
+        if result["changed"]:
+            result["digest"] = copy.commit(params["source"])["digest"]
+        else:
+            shutil.rmtree(copy.staging, ignore_errors=True)
+    except (OSError, TransferError) as err:
+        module.fail_json(msg=f"copying the model to {path} from {params['upstream']}: {err}. The model served here "
+                             "was not touched; a re-run starts the copy again.")
+    result.update(bytes=written, received_bytes=received, relayed_bytes=relay.sent if relay else 0,
+                  seconds=round(seconds, 2))
+    if relay_failed:
+        module.fail_json(msg=f"the model was copied here, but relaying it to {params['relay_to']} failed: {relay_failed}",
+                         **result)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
