@@ -150,14 +150,11 @@ def identity(files):
 def needed(files, reference):
     """Names of reference's files (in its order) that files lacks or holds differently: by sha256 where both
     are known, by size where the reference has no sha256 yet (the hub's listing before a download)."""
-    wanted = []
-    for name, want in reference.items():
-        have = files.get(name)
-        if have is None or have["size"] != want["size"]:
-            wanted.append(name)
-        elif want.get("sha256") and have.get("sha256") != want["sha256"]:
-            wanted.append(name)
-    return wanted
+    def differs(have, want):
+        return (have is None or have["size"] != want["size"]
+                or bool(want.get("sha256")) and have.get("sha256") != want["sha256"])
+
+    return [name for name, want in reference.items() if differs(files.get(name), want)]
 
 
 def write_manifest(path, files, source, manifest_file=None):

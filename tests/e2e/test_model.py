@@ -1,0 +1,120 @@
+"""The model role on the sandbox: `make sandbox` published the tiny model on a
+local stand-in of the Hugging Face Hub (tests/sandbox/hub.py); node1 downloaded
+it once with the image's own huggingface_hub and copied it to node2 over the
+cluster network. Re-runs copy nothing; a node that lost or corrupted its copy
+gets back exactly what it lacks; bad hub input and a full disk are refused
+before anything changes; serving refuses nodes whose models differ."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from conftest import INVENTORY
+
+MODEL = "/srv/models/sandbox-tiny"
+MANIFEST = MODEL + ".vllmops-manifest.json"
+WEIGHTS = MODEL + "/model.safetensors"
+
+
+def _manifest(sandbox, node, path=MANIFEST):
+    return json.loads(sandbox.on(node, "cat", path))
+
+
+def _said(run) -> str:
+    return " ".join(run.stdout.split())  # the YAML callback folds long lines
+
+
+def _model_run(sandbox, extra=None, ok=True):
+    run = sandbox.deploy(tags="model", extra=extra, echo=False)
+    assert (run.returncode == 0) == ok, run.stdout[-5000:]
+    return run
+
+
+def test_the_model_was_downloaded_once_and_copied_to_the_worker(sandbox):
+    hosts = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"]["vllm_nodes"]["vars"]
+    head, worker = _manifest(sandbox, sandbox.head), _manifest(sandbox, sandbox.worker)
+    assert head["source"] == {"hub": "sandbox/tiny-llama", "revision": hosts["model_hub_revision"],
+                              "endpoint": hosts["model_hub_endpoint"]}
+    assert worker["digest"] == head["digest"] and worker["files"].keys() == head["files"].keys()
+    # The worker's files are the hub's, byte for byte (sha256sum, not our own hashing).
+    for name, entry in head["files"].items():
+        assert sandbox.on(sandbox.worker, "sha256sum", f"{MODEL}/{name}").split()[0] == entry["sha256"], name
+    # Served from that content: the running rank carries the model's digest.
+    for node in sandbox.nodes:
+        labels = json.loads(sandbox.on(node, "docker", "inspect", "-f", "{{json .Config.Labels}}", "vllmops-vllm"))
+        assert labels["io.vllmops.model"] == head["digest"], node
+    assert sandbox.on(sandbox.head, "stat", "--format", "%a", MANIFEST) == "644"
+
+
+def test_a_rerun_copies_nothing_and_a_lost_or_corrupted_copy_is_restored(sandbox):
+    head = _manifest(sandbox, sandbox.head)
+    total = sum(entry["size"] for entry in head["files"].values())
+    rerun = _model_run(sandbox)
+    assert f"Every node holds {MODEL} ({head['digest'][:19]}" in _said(rerun)
+
+    # Lost: the whole directory on the worker, restored from the head (not the hub).
+    sandbox.on(sandbox.worker, "rm", "-rf", MODEL, MANIFEST)
+    restored = _model_run(sandbox)
+    assert f"Copying {len(head['files'])} files" in _said(restored)
+    assert f"from {sandbox.head} to {sandbox.worker}." in _said(restored)
+    assert _manifest(sandbox, sandbox.worker)["digest"] == head["digest"]
+    progress = json.loads(sandbox.on(sandbox.worker, "cat", "/run/vllmops/model-receive.json"))
+    assert progress["state"] == "done" and progress["bytes"] == total
+
+    # Corrupted: three bytes of the weights overwritten in place. Only that file travels.
+    sandbox.on(sandbox.worker, "sh", "-c", f"printf rot | dd of={WEIGHTS} bs=1 seek=4096 conv=notrunc status=none")
+    repaired = _model_run(sandbox)
+    size = head["files"]["model.safetensors"]["size"]
+    assert "Copying 1 files" in _said(repaired), repaired.stdout[-3000:]
+    assert sandbox.on(sandbox.worker, "sha256sum", WEIGHTS).split()[0] == head["files"]["model.safetensors"]["sha256"]
+    progress = json.loads(sandbox.on(sandbox.worker, "cat", "/run/vllmops/model-receive.json"))
+    assert progress["bytes"] == size
+    assert sandbox.healthy()
+
+
+def test_serving_refuses_a_model_that_differs_between_nodes(sandbox):
+    started = {node: sandbox.container(node)["started"] for node in sandbox.nodes}
+    sandbox.on(sandbox.worker, "sh", "-c", f"printf rot | dd of={WEIGHTS} bs=1 seek=8192 conv=notrunc status=none")
+    refused = sandbox.deploy(tags="vllm_serve", serve_args={**sandbox.serve_vars["vllm_serve_args"], "seed": 7},
+                             echo=False)
+    assert refused.returncode != 0
+    said = _said(refused)
+    assert f"on {sandbox.worker} these files changed since their manifest: model.safetensors" in said, said[-3000:]
+    assert "Nothing was restarted" in said
+    assert {node: sandbox.container(node)["started"] for node in sandbox.nodes} == started
+    _model_run(sandbox)  # and the model role puts it right
+    assert sandbox.healthy()
+
+
+def test_bad_hub_input_is_one_sentence_and_changes_nothing(sandbox):
+    before = {node: _manifest(sandbox, node)["digest"] for node in sandbox.nodes}
+    revision = _manifest(sandbox, sandbox.head)["source"]["revision"]
+    cases = {
+        "sandbox/tiny-gated": "sandbox/tiny-gated is gated: accept the model's terms",
+        "sandbox/no-such-model": "has no model sandbox/no-such-model",
+    }
+    for repo, sentence in cases.items():
+        run = _model_run(sandbox, {"model_hub_repo": repo, "model_hub_revision": revision}, ok=False)
+        assert sentence in _said(run), (repo, _said(run)[-2000:])
+    run = _model_run(sandbox, {"model_hub_revision": "0" * 40}, ok=False)
+    assert f"sandbox/tiny-llama has no revision {'0' * 40}" in _said(run), _said(run)[-2000:]
+    assert {node: _manifest(sandbox, node)["digest"] for node in sandbox.nodes} == before
+    assert "model_hub_token" not in run.stdout.replace("set model_hub_token", "")
+
+
+def test_too_little_disk_is_refused_before_any_byte_moves(sandbox):
+    small = "/srv/small-disk"
+    sandbox.on(sandbox.worker, "sh", "-c", f"mkdir -p {small} && mount -t tmpfs -o size=1m tmpfs {small}")
+    try:
+        run = _model_run(sandbox, {"vllm_serve_model_dir": small, "model_space_margin": 0}, ok=False)
+        said = _said(run)
+        assert f"{small}/sandbox-tiny: the model needs 2.8 MiB more here" in said, said[-3000:]
+        assert "1.0 MiB is free" in said or "free (keeping" in said
+        # Nothing moved anywhere: not downloaded on the head, not copied to the worker.
+        for node in sandbox.nodes:
+            assert sandbox.on(node, "ls", "-A", small, check=False) in ("", ), node
+    finally:
+        sandbox.on(sandbox.worker, "umount", small, check=False)
+        for node in sandbox.nodes:
+            sandbox.on(node, "rm", "-rf", small, check=False)
