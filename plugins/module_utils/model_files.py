@@ -152,7 +152,7 @@ def needed(files, reference):
     are known, by size where the reference has no sha256 yet (the hub's listing before a download)."""
     def differs(have, want):
         return (have is None or have["size"] != want["size"]
-                or bool(want.get("sha256")) and have.get("sha256") != want["sha256"])
+                or (bool(want.get("sha256")) and have.get("sha256") != want["sha256"]))
 
     return [name for name, want in reference.items() if differs(files.get(name), want)]
 
@@ -247,26 +247,16 @@ class StagedCopy:
         """Consume the whole stream (an iterator of bytes); return the bytes written here."""
         reader = _Reader(chunks)
         for name in self.stream_names:
-            out = open(os.path.join(self._dir_for(name), os.path.basename(name)), "xb") if name in self.wanted else None
-            hashing, left = hashlib.sha256(), self.reference[name]["size"]
-            try:
-                while left:
-                    piece = reader.read(min(left, CHUNK))
-                    if not piece:
-                        raise ModelError(f"the stream ended {left} bytes before the end of {name}")
-                    left -= len(piece)
-                    if out:
-                        hashing.update(piece)
-                        out.write(piece)
-            finally:
-                if out:
-                    out.close()
-            if out:
+            if name in self.wanted:
+                with open(os.path.join(self._dir_for(name), os.path.basename(name)), "xb") as out:
+                    sha256 = _copy_exactly(reader, self.reference[name]["size"], name, out)
                 self.written += self.reference[name]["size"]
                 os.chmod(os.path.join(self.staging, name), 0o644)
-                if hashing.hexdigest() != self.reference[name]["sha256"]:
-                    raise ModelError(f"{name} arrived with sha256 {hashing.hexdigest()[:16]}…, the manifest says "
+                if sha256 != self.reference[name]["sha256"]:
+                    raise ModelError(f"{name} arrived with sha256 {sha256[:16]}…, the manifest says "
                                      f"{self.reference[name]['sha256'][:16]}…: the source's copy is not the manifest's")
+            else:
+                _copy_exactly(reader, self.reference[name]["size"], name, None)
         if reader.read(1):  # also reads the stream's end mark
             raise ModelError("the stream holds more bytes than its files")
         return self.written
@@ -283,6 +273,20 @@ class StagedCopy:
             entry["sha256"] = self.reference[name]["sha256"]
         swap(self.staging, self.target)
         return write_manifest(self.target, files, source)
+
+
+def _copy_exactly(reader, size, name, out):
+    """Read size bytes of the stream into out (None: skip them); return their sha256 when written."""
+    hashing, left = hashlib.sha256(), size
+    while left:
+        piece = reader.read(min(left, CHUNK))
+        if not piece:
+            raise ModelError(f"the stream ended {left} bytes before the end of {name}")
+        left -= len(piece)
+        if out:
+            hashing.update(piece)
+            out.write(piece)
+    return hashing.hexdigest()
 
 
 def swap(staged, target):

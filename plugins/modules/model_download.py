@@ -9,9 +9,9 @@ module: model_download
 short_description: Read or download a Hugging Face Hub model with the serving image's own client
 version_added: 0.2.0
 description:
-  - Runs the C(huggingface_hub) client of O(image) in a container on the host network. With O(state=info) it lists the
+  - Runs the C(huggingface_hub) client of O(image) in a container on the host network. With O(list_only) it lists the
     files of O(repo) at O(revision) (sizes, and sha256 for the files in LFS) and the commit the revision names.
-  - With O(state=present) it downloads them into a staging directory beside O(path) (the client resumes a download
+  - Otherwise it downloads them into a staging directory beside O(path) (the client resumes a download
     interrupted earlier), checks every file against the hub's own hashes (sha256 for LFS files, the git blob sha1 for
     the others), swaps the directory into place and writes the manifest (C(PATH.vllmops-manifest.json)) that
     M(vllmops.cluster.model_manifest) reads.
@@ -33,13 +33,12 @@ options:
     type: str
     required: true
   path:
-    description: The model directory to fill (O(state=present)).
+    description: The model directory to fill (required unless O(list_only)).
     type: path
-  state:
-    description: C(info) lists, C(present) downloads.
-    type: str
-    choices: [info, present]
-    default: present
+  list_only:
+    description: Only list the files and the commit; download nothing.
+    type: bool
+    default: false
   token:
     description: A hub token (for gated or private models).
     type: str
@@ -61,13 +60,13 @@ extends_documentation_fragment:
 attributes:
   check_mode:
     support: full
-    description: O(state=present) lists the files and downloads nothing.
+    description: Lists the files and downloads nothing.
   diff_mode:
     support: none
     description: No diff.
   idempotent:
     support: none
-    description: Downloads whenever it is called with O(state=present); the model role calls it only when the node lacks the revision.
+    description: Downloads whenever it is called without O(list_only); the model role calls it only when the node lacks the revision.
 author:
   - vllmops.cluster developers (@vllmops)
 """
@@ -96,11 +95,11 @@ bytes:
   returned: success
   type: int
 downloaded_bytes:
-  description: Bytes downloaded in this run (O(state=present)).
+  description: Bytes downloaded in this run.
   returned: success
   type: int
 digest:
-  description: The model's digest after the download (O(state=present)).
+  description: The model's digest after the download.
   returned: success
   type: str
 """
@@ -119,14 +118,14 @@ def main():
             repo=dict(type="str", required=True),
             revision=dict(type="str", required=True),
             path=dict(type="path"),
-            state=dict(type="str", choices=["info", "present"], default="present"),
+            list_only=dict(type="bool", default=False),
             token=dict(type="str", default="", no_log=True),
             endpoint=dict(type="str", default=""),
             timeout=dict(type="int", default=7200),
             progress_file=dict(type="str", default="/run/vllmops/model-download.json"),
             docker_host=dict(type="str", default=DEFAULT_HOST, fallback=(env_fallback, ["DOCKER_HOST"])),
         ),
-        required_if=[("state", "present", ["path"])],
+        required_if=[("list_only", False, ["path"])],
         supports_check_mode=True,
     )
     params = module.params
@@ -136,7 +135,7 @@ def main():
         commit, files = hub.info(params["repo"], params["revision"])
         result = dict(changed=False, commit=commit, files=files, bytes=sum(e["size"] for e in files.values()),
                       downloaded_bytes=0, digest="")
-        if params["state"] == "present":
+        if not params["list_only"]:
             result["changed"] = True
             if not module.check_mode:
                 manifest, downloaded = hub.download(params["repo"], commit, params["path"].rstrip("/"),

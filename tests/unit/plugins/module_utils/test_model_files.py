@@ -84,7 +84,7 @@ def chain(tmp_path, source, targets, names):
     threads = [threading.Thread(target=node, args=(i, t)) for i, t in enumerate(targets)]
     for thread in threads:
         thread.start()
-    for thread in threads + [server]:
+    for thread in [*threads, server]:
         thread.join(60)
     return files, outcome
 
@@ -129,7 +129,7 @@ def test_a_corrupt_source_fails_the_copy_and_leaves_the_served_model_alone(tmp_p
     have = model_files.identity(model_files.scan(str(target))[0])
     copy = model_files.StagedCopy(str(target), files, names, model_files.needed(have, files))
     copy.prepare(have)
-    with pytest.raises(TransferError, match="model.safetensors arrived with sha256"):
+    with pytest.raises(TransferError, match=r"model\.safetensors arrived with sha256"):
         receive_stream(copy.write, "writing the model", f"http://127.0.0.1:{port}/t", 10)
     server.join(30)
     assert (target / "model.safetensors").read_bytes() == before
