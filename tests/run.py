@@ -212,7 +212,7 @@ def gate_sandbox() -> int:
             print("FAILED: make sandbox did not end with a healthy endpoint serving a completion", flush=True)
             return 1
         # Real vLLM on the converged cluster: changes, failures, rollback, a dead rank.
-        return sh([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "tests/e2e"], env=env)
+        return sh([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "--durations=12", "tests/e2e"], env=env)
     finally:
         sh([*make, "sandbox-down"], env=env)
 
