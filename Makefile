@@ -72,6 +72,7 @@ sandbox: venv
 
 sandbox-down:
 	python3 tests/sandbox/hub.py stop --pidfile $(SANDBOX_HUB_DIR)/$(SANDBOX_PREFIX).pid
+	rm -f $(SANDBOX_HUB_DIR)/$(SANDBOX_PREFIX).pid.log
 	python3 tests/sandbox/nodes.py down --prefix $(SANDBOX_PREFIX)
 	rm -f inventories/sandbox/hosts.yml
 

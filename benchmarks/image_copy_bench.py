@@ -24,23 +24,15 @@ bytes. The nodes, their volumes and networks are removed by name at the end
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests/sandbox"))
+from chain_bench import ChainBench, copies, nodes, playbook, task_results
 
-import nodes  # noqa: E402
-
-PREFIX = "vllmops-bench"
-COUNT = 4
-NAMES = [f"{PREFIX}-node{i}" for i in range(1, COUNT + 1)]
-NETWORKS = [f"{PREFIX}-mgmt", f"{PREFIX}-cluster"]
+BENCH = ChainBench("vllmops-bench", 4)
+PREFIX, NAMES, NETWORKS = BENCH.prefix, BENCH.names, BENCH.networks
 CLUSTER_SUBNET = "10.55.0.0/24"
 PLAYBOOK = """\
 - name: Docker on the nodes
@@ -55,34 +47,6 @@ PLAYBOOK = """\
   tags: [image]
   roles: [vllmops.cluster.image]
 """
-
-
-def playbook(inventory: Path, book: Path, *args: str) -> tuple[float, dict]:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}
-    started = time.monotonic()
-    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inventory), str(book), *args],
-                          capture_output=True, text=True, env=env)
-    elapsed = time.monotonic() - started
-    if proc.returncode != 0:
-        raise RuntimeError(f"ansible-playbook failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}")
-    return elapsed, json.loads(proc.stdout)
-
-
-def task_results(report: dict, name: str) -> dict:
-    for play in report["plays"]:
-        for task in play["tasks"]:
-            if task["task"]["name"].split(" : ")[-1] == name:  # role tasks may carry the role's name
-                return task["hosts"]
-    return {}
-
-
-def copies(report: dict) -> dict:
-    return {host: r for host, r in task_results(report, "Wait for the copies to finish").items() if not r.get("skipped")}
-
-
-def rx_bytes(name: str) -> int:
-    out = nodes.run(["docker", "exec", name, "sh", "-c", "cat /sys/class/net/*/statistics/rx_bytes"]).stdout
-    return sum(int(x) for x in out.split())
 
 
 def remove_image(name: str, image: str) -> None:
@@ -102,36 +66,6 @@ def build_archive(filler_mib: int) -> tuple[str, Path]:
     image_id = nodes.run(["docker", "image", "inspect", "-f", "{{.Id}}", image]).stdout.strip()
     archive = nodes.save_archive(image, image, nodes.CACHE_DIR / "images" / f"bench-{image_id[7:19]}.tar")
     return image, archive
-
-
-def limit_links(cluster: dict, rate_mbit: int) -> list[str]:
-    """tbf on every uplink the copy uses: each node's interfaces and the controller's bridge to the nodes.
-    Returns the controller's bridges (to unlimit at the end)."""
-    shape = ["root", "tbf", "rate", f"{rate_mbit}mbit", "burst", "256kb", "latency", "50ms"]
-    for name in NAMES[:len(cluster["nodes"])]:
-        for dev in nodes.run(["docker", "exec", name, "ls", "/sys/class/net"]).stdout.split():
-            if dev != "lo":
-                nodes.run(["docker", "exec", name, "tc", "qdisc", "replace", "dev", dev, *shape])
-    bridge = "br-" + nodes.run(["docker", "network", "inspect", "-f", "{{.Id}}", NETWORKS[0]]).stdout.strip()[:12]
-    nodes.run(["tc", "qdisc", "replace", "dev", bridge, *shape])
-    return [bridge]
-
-
-def write_cluster_env(cluster: dict) -> None:
-    """What the nccl role writes: the node's cluster address, where the image role's relays listen."""
-    for node in cluster["nodes"]:
-        address = node["addresses"][NETWORKS[1]]
-        nodes.run(["docker", "exec", node["name"], "sh", "-c",
-                   f"mkdir -p /etc/vllmops && printf 'VLLM_HOST_IP=%s\\n' {address} > /etc/vllmops/cluster.env"])
-
-
-def remove_everything(bridges: list[str]) -> None:
-    """The bench's containers, volumes and networks, by name; and the controller's tc limit."""
-    for bridge in bridges:
-        subprocess.run(["tc", "qdisc", "del", "dev", bridge, "root"], capture_output=True)
-    subprocess.run(["docker", "rm", "-f", "-v", *NAMES], capture_output=True)
-    subprocess.run(["docker", "volume", "rm", *[f"{n}-docker" for n in NAMES]], capture_output=True)
-    subprocess.run(["docker", "network", "rm", *NETWORKS], capture_output=True)
 
 
 def line(label: str, wall_s: float, report: dict) -> str:
@@ -154,26 +88,25 @@ def main() -> int:
     print(f"image {image}: archive {size / 1e6:.0f} MB; every uplink limited to {args.rate} Mbit/s "
           f"({args.rate / 8:.1f} MB/s: one copy >= {size / (args.rate / 8 * 1e6):.0f} s)", flush=True)
 
-    bridges: list[str] = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
             inventory, book = Path(tmp) / "hosts.yml", Path(tmp) / "bench.yml"
-            cluster = nodes.up(PREFIX, COUNT, [NETWORKS[0], f"{NETWORKS[1]}={CLUSTER_SUBNET}"])
+            cluster = nodes.up(PREFIX, len(NAMES), [NETWORKS[0], f"{NETWORKS[1]}={CLUSTER_SUBNET}"])
             nodes.write_inventory(inventory, cluster, [f"image_name={image}", f"image_archive={archive}", "image_probe=false",
                                                        "docker_install_source=distro"])
             book.write_text(PLAYBOOK)
             playbook(inventory, book, "--tags", "docker")
-            write_cluster_env(cluster)
+            BENCH.write_cluster_env(cluster)
             for name in NAMES:
                 remove_image(name, image)
-            bridges = limit_links(cluster, args.rate)
+            BENCH.limit_links(args.rate)
 
             one_s, one = playbook(inventory, book, "--tags", "image", "--limit", NAMES[0])
             remove_image(NAMES[0], image)
             four_s, four = playbook(inventory, book, "--tags", "image")
-            before = {name: rx_bytes(name) for name in NAMES}
+            before = {name: BENCH.rx_bytes(name) for name in NAMES}
             rerun_s, rerun = playbook(inventory, book, "--tags", "image")
-            received = {name: rx_bytes(name) - before[name] for name in NAMES}
+            received = {name: BENCH.rx_bytes(name) - before[name] for name in NAMES}
 
             served = task_results(rerun, "Serve the image from " + str(archive))
             copy_one = max(r["seconds"] for r in copies(one).values())
@@ -192,7 +125,7 @@ def main() -> int:
         return 1
     finally:
         if not args.keep:
-            remove_everything(bridges)
+            BENCH.remove_everything()
     return 0
 
 

@@ -33,21 +33,15 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests/sandbox"))
+from chain_bench import ChainBench, copies, nodes, playbook, task_results
 
-import nodes  # noqa: E402
-
-PREFIX = "vllmops-mbench"
-COUNT = 3
-NAMES = [f"{PREFIX}-node{i}" for i in range(1, COUNT + 1)]
-NETWORKS = [f"{PREFIX}-mgmt", f"{PREFIX}-cluster"]
+BENCH = ChainBench("vllmops-mbench", 3)
+NAMES = BENCH.names
 SUBNETS = ["10.57.0.0/24", "10.56.0.0/24"]
 MODEL = "/srv/models/bench-model"
 # Not the role's default (29701): another sandbox on this machine may be copying a model at the same time.
@@ -60,29 +54,6 @@ PLAYBOOK = """\
   gather_facts: false
   roles: [vllmops.cluster.model]
 """
-
-
-def playbook(inventory: Path, book: Path, *args: str) -> tuple[float, dict]:
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}
-    started = time.monotonic()
-    proc = subprocess.run([str(ROOT / ".venv/bin/ansible-playbook"), "-i", str(inventory), str(book), *args],
-                          capture_output=True, text=True, env=env)
-    elapsed = time.monotonic() - started
-    if proc.returncode != 0:
-        raise RuntimeError(f"ansible-playbook failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}")
-    return elapsed, json.loads(proc.stdout)
-
-
-def task_results(report: dict, name: str) -> dict:
-    for play in report["plays"]:
-        for task in play["tasks"]:
-            if task["task"]["name"].split(" : ")[-1] == name:  # role tasks may carry the role's name
-                return task["hosts"]
-    return {}
-
-
-def copies(report: dict) -> dict:
-    return {host: r for host, r in task_results(report, "Wait for the copies to finish").items() if not r.get("skipped")}
 
 
 def said(report: dict) -> str:
@@ -101,53 +72,10 @@ def write_model(directory: Path, size_mib: int) -> int:
     return sum(f.stat().st_size for f in directory.iterdir())
 
 
-def devices(name: str) -> list[str]:
-    return [dev for dev in nodes.run(["docker", "exec", name, "ls", "/sys/class/net"]).stdout.split() if dev != "lo"]
-
-
-def rx_bytes(name: str) -> int:
-    paths = [f"/sys/class/net/{dev}/statistics/rx_bytes" for dev in devices(name)]
-    return sum(int(x) for x in nodes.run(["docker", "exec", name, "cat", *paths]).stdout.split())
-
-
 def remove_model(names: list[str]) -> None:
     for name in names:
         nodes.run(["docker", "exec", name, "rm", "-rf", MODEL, f"{MODEL}.vllmops-manifest.json",
                    "/srv/models/.vllmops-staging", "/run/vllmops/model-receive.json"])
-
-
-def write_cluster_env(cluster: dict) -> None:
-    """What the nccl role writes: the node's cluster address, where the model role's relays listen."""
-    for node in cluster["nodes"]:
-        address = node["addresses"][NETWORKS[1]]
-        nodes.run(["docker", "exec", node["name"], "sh", "-c",
-                   f"mkdir -p /etc/vllmops && printf 'VLLM_HOST_IP=%s\\n' {address} > /etc/vllmops/cluster.env"])
-
-
-def limit_links(rate_mbit: int) -> list[str]:
-    """tbf on every uplink the copy uses: each node's interfaces and the controller's bridge to the nodes.
-    Returns the controller's bridges (to unlimit at the end)."""
-    shape = ["root", "tbf", "rate", f"{rate_mbit}mbit", "burst", "256kb", "latency", "50ms"]
-    for name in NAMES:
-        for dev in devices(name):
-            nodes.run(["docker", "exec", name, "tc", "qdisc", "replace", "dev", dev, *shape])
-    bridge = "br-" + nodes.run(["docker", "network", "inspect", "-f", "{{.Id}}", NETWORKS[0]]).stdout.strip()[:12]
-    nodes.run(["tc", "qdisc", "replace", "dev", bridge, *shape])
-    return [bridge]
-
-
-def remove_everything(bridges: list[str], tmp: Path) -> None:
-    """The bench's containers, volumes and networks, by name; the controller's tc limit; the temporary directory."""
-    for bridge in bridges:
-        subprocess.run(["tc", "qdisc", "del", "dev", bridge, "root"], capture_output=True)
-    subprocess.run(["docker", "rm", "-f", "-v", *NAMES], capture_output=True)
-    subprocess.run(["docker", "volume", "rm", *[f"{n}-docker" for n in NAMES]], capture_output=True)
-    subprocess.run(["docker", "network", "rm", *NETWORKS], capture_output=True)
-    shutil.rmtree(tmp, ignore_errors=True)
-
-
-def short(host: str) -> str:
-    return host.removeprefix(PREFIX + "-")
 
 
 def main() -> int:
@@ -158,8 +86,7 @@ def main() -> int:
     args = parser.parse_args()
 
     nodes.ensure_docker()
-    tmp = Path(tempfile.mkdtemp(prefix=f"{PREFIX}-"))
-    bridges: list[str] = []
+    tmp = Path(tempfile.mkdtemp(prefix=f"{BENCH.prefix}-"))
     started = time.monotonic()
     try:
         model = tmp / "bench-model"
@@ -167,22 +94,22 @@ def main() -> int:
         print(f"model {model}: {size / 1e6:.0f} MB; every uplink limited to {args.rate} Mbit/s "
               f"({args.rate / 8:.1f} MB/s: one copy >= {size / (args.rate / 8 * 1e6):.0f} s)", flush=True)
         inventory, book = tmp / "hosts.yml", tmp / "bench.yml"
-        cluster = nodes.up(PREFIX, COUNT, [f"{net}={subnet}" for net, subnet in zip(NETWORKS, SUBNETS, strict=True)])
+        cluster = nodes.up(BENCH.prefix, len(NAMES), [f"{net}={subnet}" for net, subnet in zip(BENCH.networks, SUBNETS, strict=True)])
         nodes.write_inventory(inventory, cluster, [
             "model_source=controller", f"model_controller_path={model}", "vllm_serve_model=bench-model",
             "model_space_margin=0", f"model_copy_port={PORT}", f"model_controller_manifest_dir={tmp / 'manifests'}"])
         book.write_text(PLAYBOOK)
-        write_cluster_env(cluster)
+        BENCH.write_cluster_env(cluster)
         remove_model(NAMES)
-        bridges = limit_links(args.rate)
+        BENCH.limit_links(args.rate)
 
         runs = {}
         for label, hosts in [("1 node", NAMES[:1]), ("2 nodes", NAMES[:2]), ("3 nodes", NAMES), ("re-run", NAMES)]:
             if label != "re-run":
                 remove_model(hosts)
-            before = {name: rx_bytes(name) for name in hosts}
+            before = {name: BENCH.rx_bytes(name) for name in hosts}
             wall, report = playbook(inventory, book, "--limit", ",".join(hosts))
-            rx = {name: rx_bytes(name) - before[name] for name in hosts}
+            rx = {name: BENCH.rx_bytes(name) - before[name] for name in hosts}
             runs[label] = (wall, copies(report), rx, said(report))
             print(f"{label}: {wall:.1f} s; {said(report)}", flush=True)
 
@@ -197,7 +124,7 @@ def main() -> int:
                 head = f"{label:8} {wall:7.1f} {copy_s[label]:7.1f}" if i == 0 else " " * 24
                 seconds = r.get("seconds", 0.0)
                 rate = f"{r['received_bytes'] / 1e6 / seconds:6.1f}" if seconds else f"{'-':>6}"
-                print(f"{head}  {short(name):6} {r.get('bytes', 0) / 1e6:10.1f} {r.get('received_bytes', 0) / 1e6:8.1f} "
+                print(f"{head}  {BENCH.short(name):6} {r.get('bytes', 0) / 1e6:10.1f} {r.get('received_bytes', 0) / 1e6:8.1f} "
                       f"{r.get('relayed_bytes', 0) / 1e6:10.1f} {seconds:7.1f} {rate} {rx[name] / 1e6:11.1f}")
         print()
         one_wall, three_wall = runs["1 node"][0], runs["3 nodes"][0]
@@ -211,7 +138,7 @@ def main() -> int:
         moved = sum(r.get("received_bytes", 0) for r in rerun_copies.values())
         print(f"re-run: {rerun_wall:.1f} s wall; model bytes copied: {moved}; nodes copied to: {sorted(rerun_copies)}; "
               f"said 'nothing to copy': {'yes' if 'nothing to copy' in rerun_said else 'NO'}; "
-              f"interfaces (SSH included): " + ", ".join(f"{short(n)}={b / 1e3:.0f} kB" for n, b in rerun_rx.items()))
+              f"interfaces (SSH included): " + ", ".join(f"{BENCH.short(n)}={b / 1e3:.0f} kB" for n, b in rerun_rx.items()))
     except (RuntimeError, nodes.SandboxError) as err:
         print(err, file=sys.stderr)
         return 1
@@ -220,7 +147,8 @@ def main() -> int:
         if args.keep:
             print(f"kept: nodes {', '.join(NAMES)}; inventory and model in {tmp}", file=sys.stderr)
         else:
-            remove_everything(bridges, tmp)
+            BENCH.remove_everything()
+            shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -23,7 +23,9 @@ options:
       - Host name to what the host reported; null, or left out while O(hosts) names it, for a host that did not
         answer. Each is a mapping with C(address) (the cluster address, C(VLLM_HOST_IP) of cluster.env), C(gpus) (list of GPU names),
         C(image_id), C(vllm_version) and C(units), the state C(systemctl is-active) gives for each of
-        C(ray_head), C(ray_worker) and C(vllm) (the units of the Ray head, a Ray worker and vLLM).
+        C(ray_head), C(ray_worker) and C(vllm) (the units of the Ray head, a Ray worker and vLLM); optionally
+        C(model), the model role's manifest on the node - C(digest) (empty without one) and C(stale) (files
+        changed since it).
     type: dict
     required: true
   hosts:
@@ -172,9 +174,39 @@ def _problems(nodes: dict, rows: list[tuple], cluster: _Cluster) -> list[str]:
                if node is not None and cluster.runs_vllm(host) and (node.get("units") or {}).get("vllm") != "active"]
     if stopped:
         problems.append(f"vLLM {'not' if cluster.on_ray else 'rank not'} running on: {', '.join(stopped)}")
+    problems += _model_problems(nodes)
     if nodes.get(cluster.head) is not None and cluster.head not in stopped and not cluster.answers:
         problems.append(f"vLLM on {cluster.head} does not answer /v1/models (HTTP {cluster.api.get('status', '-')})")
     return problems
+
+
+def _models(nodes: dict) -> dict:
+    """host -> its model report, for the nodes that said anything of the model (each loads its part from its disk)."""
+    return {host: node["model"] for host, node in nodes.items() if node is not None and isinstance(node.get("model"), dict)}
+
+
+def _model_problems(nodes: dict) -> list[str]:
+    """The model must be the same on every node, unchanged since its manifest (when there is one)."""
+    models = _models(nodes)
+    if not any(model.get("digest") for model in models.values()):
+        return []  # no manifest anywhere: the model was not put there by the model role
+    problems = []
+    digests = {model.get("digest") or "" for model in models.values()}
+    if len(digests) > 1:
+        problems.append("the model differs between the nodes: " + ", ".join(
+            f"{host} {(model.get('digest') or 'none')[:19]}" for host, model in models.items()))
+    stale = [host for host, model in models.items() if model.get("stale")]
+    if stale:
+        problems.append(f"model files changed since their manifest on: {', '.join(stale)}")
+    return problems
+
+
+def _model_line(nodes: dict) -> list[str]:
+    models = _models(nodes)
+    digests = {model.get("digest") or "" for model in models.values()}
+    if len(digests) == 1 and "" not in digests:
+        return [f"model: {next(iter(digests))[:19]} on every node"]
+    return []
 
 
 def _record(health: dict) -> dict:
@@ -232,6 +264,7 @@ def _node_document(host: str, node: dict | None, row: tuple, cluster: _Cluster) 
         "units": {name: str(state) for name, state in ((node or {}).get("units") or {}).items()},
         "in_ray": None if node is None or not cluster.on_ray else row[6] == "yes",
         "runs_vllm": cluster.runs_vllm(host),
+        "model_digest": ((node or {}).get("model") or {}).get("digest") or None,
     }
 
 
@@ -274,7 +307,8 @@ def status_report(nodes, head, hosts=None, plan=None, ray=None, api=None, health
     health_lines, health_problems = _health(health)
     problems = _problems(nodes, rows, cluster) + health_problems
     verdict = "DEGRADED" if problems else "OK"
-    lines = [ROW % HEADER, *(ROW % row for row in rows), f"served model: {cluster.served()}; {backend}", *health_lines,
+    lines = [ROW % HEADER, *(ROW % row for row in rows), f"served model: {cluster.served()}; {backend}",
+             *_model_line(nodes), *health_lines,
              f"{verdict}: {'; '.join(problems)}" if problems else verdict]
     return {"lines": lines, "text": "\n".join(lines), "verdict": verdict, "problems": problems,
             "document": _document(nodes, rows, cluster, health, verdict, problems)}

@@ -85,6 +85,22 @@ def local_image(docker, image):
     return info["Id"], info.get("RepoTags") or [], info.get("Size", 0)
 
 
+def receiver_argument_spec(port, deadline, progress_file, upstream):
+    """The options every receiver of a chain has (image_receive, model_receive): where it reads, whom it relays to."""
+    return dict(
+        url=dict(type="str", required=True, no_log=True),
+        progress_file=dict(type="str", default=progress_file),
+        connect_deadline=dict(type="int", default=60),
+        upstream=dict(type="str", default=upstream),
+        relay_token=dict(type="str", default="", no_log=True),
+        relay_to=dict(type="str", default="the next node"),
+        relay_address=dict(type="str"),
+        relay_port=dict(type="int", default=port),
+        idle_timeout=dict(type="int", default=120),
+        deadline=dict(type="int", default=deadline),
+    )
+
+
 def _frame(kind, payload):
     return _HEADER.pack(kind, len(payload)) + payload
 

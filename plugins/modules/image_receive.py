@@ -137,7 +137,13 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DEFAULT_HOST, DockerClient, DockerError
-from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import Relay, TransferError, local_image, receive
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import (
+    Relay,
+    TransferError,
+    local_image,
+    receive,
+    receiver_argument_spec,
+)
 
 
 def main():
@@ -145,17 +151,8 @@ def main():
         argument_spec=dict(
             image=dict(type="str", required=True),
             image_id=dict(type="str", required=True),
-            url=dict(type="str", required=True, no_log=True),
             total_bytes=dict(type="int"),
-            progress_file=dict(type="str", default="/run/vllmops/image-receive.json"),
-            connect_deadline=dict(type="int", default=60),
-            upstream=dict(type="str", default="the image source"),
-            relay_token=dict(type="str", default="", no_log=True),
-            relay_to=dict(type="str", default="the next node"),
-            relay_address=dict(type="str"),
-            relay_port=dict(type="int", default=29700),
-            idle_timeout=dict(type="int", default=120),
-            deadline=dict(type="int", default=3600),
+            **receiver_argument_spec(29700, 3600, "/run/vllmops/image-receive.json", "the image source"),
             docker_host=dict(type="str", default=DEFAULT_HOST, fallback=(env_fallback, ["DOCKER_HOST"])),
         ),
         supports_check_mode=True,

@@ -141,7 +141,12 @@ import shutil
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vllmops.cluster.plugins.module_utils import model_files
-from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import Relay, TransferError, receive_stream
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import (
+    Relay,
+    TransferError,
+    receive_stream,
+    receiver_argument_spec,
+)
 
 
 def main():
@@ -151,16 +156,7 @@ def main():
             reference=dict(type="dict", required=True),
             source=dict(type="dict", default={}),
             names=dict(type="list", elements="str", required=True),
-            url=dict(type="str", required=True, no_log=True),
-            upstream=dict(type="str", default="the model source"),
-            relay_token=dict(type="str", default="", no_log=True),
-            relay_to=dict(type="str", default="the next node"),
-            relay_address=dict(type="str"),
-            relay_port=dict(type="int", default=29701),
-            progress_file=dict(type="str", default="/run/vllmops/model-receive.json"),
-            connect_deadline=dict(type="int", default=60),
-            idle_timeout=dict(type="int", default=120),
-            deadline=dict(type="int", default=7200),
+            **receiver_argument_spec(29701, 7200, "/run/vllmops/model-receive.json", "the model source"),
         ),
         supports_check_mode=True,
     )

@@ -8,6 +8,8 @@ before anything changes; serving refuses nodes whose models differ."""
 from __future__ import annotations
 
 import json
+import tempfile
+from pathlib import Path
 
 import yaml
 from conftest import INVENTORY
@@ -15,6 +17,8 @@ from conftest import INVENTORY
 MODEL = "/srv/models/sandbox-tiny"
 MANIFEST = MODEL + ".vllmops-manifest.json"
 WEIGHTS = MODEL + "/model.safetensors"
+# The hub stand-in's output since `make sandbox` started it: one line per request (Makefile: SANDBOX_HUB_DIR).
+HUB_LOG = Path.home() / ".cache/vllmops/hub/vllmops-sandbox.pid.log"
 
 
 def _manifest(sandbox, node, path=MANIFEST):
@@ -37,6 +41,10 @@ def test_the_model_was_downloaded_once_and_copied_to_the_worker(sandbox):
     assert head["source"] == {"hub": "sandbox/tiny-llama", "revision": hosts["model_hub_revision"],
                               "endpoint": hosts["model_hub_endpoint"]}
     assert worker["digest"] == head["digest"] and worker["files"].keys() == head["files"].keys()
+    # Downloaded once: the hub served each file once (node1), node2's copy came over the cluster network.
+    fetched = [line.split()[1].rsplit("/", 1)[-1] for line in HUB_LOG.read_text().splitlines()
+               if line.startswith("GET /sandbox/tiny-llama/resolve/")]
+    assert sorted(fetched) == sorted(head["files"]), fetched
     # The worker's files are the hub's, byte for byte (sha256sum, not our own hashing).
     for name, entry in head["files"].items():
         assert sandbox.on(sandbox.worker, "sha256sum", f"{MODEL}/{name}").split()[0] == entry["sha256"], name
@@ -83,8 +91,12 @@ def test_serving_refuses_a_model_that_differs_between_nodes(sandbox):
     assert f"on {sandbox.worker} these files changed since their manifest: model.safetensors" in said, said[-3000:]
     assert "Nothing was restarted" in said
     assert {node: sandbox.container(node)["started"] for node in sandbox.nodes} == started
+    status = " ".join(sandbox.playbook("playbooks/status.yml").stdout.split())
+    assert f"DEGRADED: model files changed since their manifest on: {sandbox.worker}" in status, status[-3000:]
     _model_run(sandbox)  # and the model role puts it right
     assert sandbox.healthy()
+    status = " ".join(sandbox.playbook("playbooks/status.yml").stdout.split())
+    assert f"model: {_manifest(sandbox, sandbox.head)['digest'][:19]} on every node" in status, status[-3000:]
 
 
 def test_bad_hub_input_is_one_sentence_and_changes_nothing(sandbox):
@@ -99,6 +111,10 @@ def test_bad_hub_input_is_one_sentence_and_changes_nothing(sandbox):
         assert sentence in _said(run), (repo, _said(run)[-2000:])
     run = _model_run(sandbox, {"model_hub_revision": "0" * 40}, ok=False)
     assert f"sandbox/tiny-llama has no revision {'0' * 40}" in _said(run), _said(run)[-2000:]
+    with tempfile.TemporaryDirectory() as empty:  # on this machine, the controller
+        run = _model_run(sandbox, {"model_source": "controller", "model_controller_path": empty}, ok=False)
+        assert f"{empty} on the controller holds no config.json (nothing at all): it is not a model directory." \
+            in _said(run), _said(run)[-2000:]
     assert {node: _manifest(sandbox, node)["digest"] for node in sandbox.nodes} == before
     assert "model_hub_token" not in run.stdout.replace("set model_hub_token", "")
 

@@ -106,6 +106,7 @@ class _Server(ThreadingHTTPServer):
     root: Path
     gated: dict[str, str]
     requests: list[tuple[str, str]]
+    echo: bool = False  # one line per request on stdout (`serve`: PIDFILE.log, the access log tests read)
 
     def handle_error(self, request, client_address) -> None:
         if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that hung up mid-download is no error
@@ -136,6 +137,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self) -> None:
         self.server.requests.append((self.command, self.path))
+        if self.server.echo:
+            print(self.command, self.path, flush=True)
         url = urllib.parse.urlsplit(self.path)
         parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]  # revisions come quoted with safe=""
         flags = {key for key, values in urllib.parse.parse_qs(url.query).items() if values[-1].lower() in ("1", "true")}
@@ -238,9 +241,11 @@ def _tree_oid(entries: list[dict], folder: str) -> str:
 class HubServer:
     """The stand-in on a thread; `gated` maps a repo id to the one token that may download its files."""
 
-    def __init__(self, root: Path, address: str = "127.0.0.1", port: int = 0, gated: dict[str, str] | None = None) -> None:
+    def __init__(self, root: Path, address: str = "127.0.0.1", port: int = 0, gated: dict[str, str] | None = None,
+                 echo: bool = False) -> None:
         self._httpd = _Server((address, port), _Handler)
         self._httpd.root, self._httpd.gated, self._httpd.requests = Path(root), dict(gated or {}), []
+        self._httpd.echo = echo
         self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)  # quick to stop
 
     @property
@@ -297,7 +302,7 @@ def _stop(pidfile: Path) -> None:
 def _serve(args: argparse.Namespace) -> int:
     gated = dict(pair.split("=", 1) for pair in args.gated)
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})  # before any thread: they inherit it
-    with HubServer(Path(args.root), args.address, args.port, gated) as hub:
+    with HubServer(Path(args.root), args.address, args.port, gated, echo=True) as hub:
         if args.pidfile:
             _write_atomic(Path(args.pidfile), f"{os.getpid()}\n")
         print(hub.url, flush=True)
@@ -318,7 +323,8 @@ def _answers(url: str) -> bool:
 
 
 def _start(args: argparse.Namespace) -> int:
-    """`serve` detached, with its output in PIDFILE.log; prints the URL once it answers. A running one is replaced."""
+    """`serve` detached, its output (the URL, then one line per request) appended to PIDFILE.log; prints the URL
+    once it answers. A running one is replaced."""
     pidfile = Path(args.pidfile).resolve()
     _stop(pidfile)
     log = Path(f"{pidfile}.log")
@@ -326,11 +332,11 @@ def _start(args: argparse.Namespace) -> int:
     command = [sys.executable, str(Path(__file__).resolve()), "serve", "--root", str(Path(args.root).resolve()),
                "--address", args.address, "--port", str(args.port), "--pidfile", str(pidfile)]
     command += [f"--gated={pair}" for pair in args.gated]
-    with log.open("w") as out:
+    with log.open("a") as out:
         server = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and server.poll() is None:
-        url = next((line for line in log.read_text().splitlines() if line.startswith("http://")), None)
+        url = next((line for line in reversed(log.read_text().splitlines()) if line.startswith("http://")), None)
         if url and _answers(url) and _running(pidfile) == server.pid:
             print(url)
             return 0

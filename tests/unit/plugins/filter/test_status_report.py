@@ -214,3 +214,26 @@ def test_the_schema_refuses_what_scripts_must_not_get():
                    {**document, "nodes": [{**document["nodes"][0], "rank": "0"}]}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(broken, SCHEMA)
+
+
+def test_the_model_must_be_the_same_on_every_node_that_runs_vllm():
+    same = {host: dict(n, model={"digest": "sha256:" + "a" * 64, "stale": False}) for host, n in MP_NODES.items()}
+    report = status_report(same, "spark-1", plan=plan("mp"), api=API_OK)
+    assert report["verdict"] == "OK"
+    assert "model: sha256:aaaaaaaaaaaa on every node" in report["lines"]
+    assert [n["model_digest"] for n in report["document"]["nodes"]] == ["sha256:" + "a" * 64] * 2
+
+    differs = dict(same, **{"spark-2": dict(MP_NODES["spark-2"], model={"digest": "", "stale": False})})
+    report = status_report(differs, "spark-1", plan=plan("mp"), api=API_OK)
+    assert report["problems"] == ["the model differs between the nodes: spark-1 sha256:aaaaaaaaaaaa, spark-2 none"]
+    changed = dict(same, **{"spark-2": dict(MP_NODES["spark-2"], model={"digest": "sha256:" + "a" * 64, "stale": True})})
+    assert status_report(changed, "spark-1", plan=plan("mp"), api=API_OK)["problems"] == [
+        "model files changed since their manifest on: spark-2"]
+    # With Ray too: a worker loads its part of the weights from its own disk. Without a manifest anywhere (a
+    # model put there by hand) nothing is judged.
+    on_ray = {"spark-1": dict(RAY_NODES["spark-1"], model={"digest": "sha256:" + "a" * 64, "stale": False}),
+              "spark-2": dict(RAY_NODES["spark-2"], model={"digest": "", "stale": False})}
+    assert status_report(on_ray, "spark-1", plan=plan("ray"), ray=ray("10.66.0.11", "10.66.0.12"), api=API_OK)["problems"] == [
+        "the model differs between the nodes: spark-1 sha256:aaaaaaaaaaaa, spark-2 none"]
+    bare = {host: dict(n, model={"digest": "", "stale": False}) for host, n in MP_NODES.items()}
+    assert status_report(bare, "spark-1", plan=plan("mp"), api=API_OK)["verdict"] == "OK"
