@@ -155,12 +155,14 @@ class Hub:
         os.makedirs(os.path.dirname(marker), mode=0o755, exist_ok=True)
         with open(marker, "w") as out:
             json.dump(want, out)
-        before = _tree_bytes(staging)
+        finished = {name: info.st_size for name, info in model_files.listing(staging).items()}  # kept by the client
         watcher = _Progress(progress_path, staging)
+        state = "failed"
         try:
             said = self._run("download", repo, revision, staging, [f"{staging}:{staging}"])
+            state = "downloaded"
         finally:
-            watcher.stop()
+            watcher.stop(state)
         listed = {entry["name"]: entry for entry in said["files"]}
         hashes = {name: _check(name, entry, staging) for name, entry in listed.items()}
         bad = sorted(name for name, sha in hashes.items() if sha is None)
@@ -170,7 +172,7 @@ class Hub:
                     os.unlink(os.path.join(staging, name))
             raise HubError(f"{len(bad)} downloaded files differ from the hub's hashes ({', '.join(bad[:5])}); they were "
                            "removed, a re-run downloads them again")
-        downloaded = max(0, _tree_bytes(staging) - before)
+        downloaded = sum(entry["size"] for name, entry in listed.items() if finished.get(name) != entry["size"])
         shutil.rmtree(os.path.join(staging, ".cache"), ignore_errors=True)
         listing = model_files.listing(staging)
         extra = sorted(set(listing) - set(listed))
@@ -208,12 +210,16 @@ class _Progress:
 
     def _loop(self):
         while not self.done.wait(2):
-            partial = self.path + ".part"
-            with open(partial, "w") as out:
-                json.dump({"state": "downloading", "bytes": _tree_bytes(self.staging)}, out)
-            os.replace(partial, self.path)
+            self._write("downloading")
 
-    def stop(self):
+    def _write(self, state):
+        partial = self.path + ".part"
+        with open(partial, "w") as out:
+            json.dump({"state": state, "bytes": _tree_bytes(self.staging)}, out)
+        os.replace(partial, self.path)
+
+    def stop(self, state):
         self.done.set()
         if self.thread:
             self.thread.join(5)
+            self._write(state)
