@@ -27,6 +27,7 @@ import urllib.request
 from collections.abc import Callable
 
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerClient, DockerError
+from ansible_collections.vllmops.cluster.plugins.module_utils.json_file import write_json
 
 SCHEMA = "vllmops.deploy-state/1"
 
@@ -226,11 +227,7 @@ def write(path: str, inputs: str, spec: dict, run: Runner) -> dict:
     """Observe the node and keep it (0600, written whole or not at all)."""
     record = {"schema": SCHEMA, "inputs": inputs, "spec": spec, "recorded_at": int(time.time()),
               "observed": observe(spec, run)}
-    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-    partial = path + ".tmp"
-    with open(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as handle:
-        json.dump(record, handle, indent=1, sort_keys=True)
-    os.replace(partial, path)
+    write_json(path, record, mode=0o600, indent=1, sort_keys=True)
     return record
 
 

@@ -44,6 +44,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ansible.module_utils.urls import open_url
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerError
+from ansible_collections.vllmops.cluster.plugins.module_utils.json_file import write_json
 
 CHUNK = 1 << 20
 RELAY_BUFFER = 64 << 20
@@ -336,10 +337,7 @@ class _Progress:
                   "mb_per_s": round(received / 1e6 / elapsed, 1) if elapsed else 0.0, "from": self.upstream,
                   "relay_to": self.relay.to if self.relay else None,
                   "relayed_bytes": self.relay.sent if self.relay else 0}
-        partial = self.path + ".part"
-        with open(partial, "w") as out:
-            json.dump(report, out)
-        os.replace(partial, self.path)
+        write_json(self.path, report)
 
 
 def _read_exactly(response, amount):

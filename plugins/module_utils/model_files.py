@@ -25,6 +25,7 @@ import os
 import shutil
 
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import TransferError
+from ansible_collections.vllmops.cluster.plugins.module_utils.json_file import write_json
 
 MANIFEST_SUFFIX = ".vllmops-manifest.json"
 SCHEMA = "vllmops.model-manifest/1"
@@ -69,21 +70,23 @@ def free_bytes(path):
 
 
 def sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return _read_into(path, hashlib.sha256())[0].hexdigest()
 
 
-def git_blob_sha1(path):
-    """The hash git (and the hub, for files not in LFS) gives a file's content."""
-    digest = hashlib.sha1(usedforsecurity=False)
-    digest.update(b"blob %d\0" % os.path.getsize(path))
+def sha256_and_git_blob_sha1(path):
+    """In one read: the file's sha256, and the hash git (and the hub, for files not in LFS) gives its content."""
+    blob = hashlib.sha1(usedforsecurity=False)
+    blob.update(b"blob %d\0" % os.path.getsize(path))
+    sha256, blob = _read_into(path, hashlib.sha256(), blob)
+    return sha256.hexdigest(), blob.hexdigest()
+
+
+def _read_into(path, *digests):
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
+            for each in digests:
+                each.update(block)
+    return digests
 
 
 def digest(files):
@@ -161,13 +164,7 @@ def write_manifest(path, files, source, manifest_file=None):
     """Write the manifest atomically (mode 0644); return it."""
     data = {"schema": SCHEMA, "path": path, "digest": digest(files), "source": source, "files": files,
             "bytes": sum(entry["size"] for entry in files.values())}
-    target = manifest_file or manifest_path(path)
-    os.makedirs(os.path.dirname(target) or ".", exist_ok=True)
-    partial = f"{target}.{os.getpid()}.part"
-    with open(partial, "w") as out:
-        json.dump(data, out, indent=1, sort_keys=True)
-    os.chmod(partial, 0o644)
-    os.replace(partial, target)
+    write_json(manifest_file or manifest_path(path), data, indent=1, sort_keys=True)
     return data
 
 
@@ -263,14 +260,14 @@ class StagedCopy:
 
     def commit(self, source):
         """Swap the staging directory in; return the manifest written."""
-        files, _hashed = scan(self.staging, {n: dict(e, mtime_ns=None) for n, e in self.reference.items()}, "none")
-        missing = sorted(set(self.reference) - set(files))
-        if missing or set(files) - set(self.reference):
+        listed = listing(self.staging)
+        missing = sorted(set(self.reference) - set(listed))
+        if missing or set(listed) - set(self.reference):
             raise ModelError(f"the staged copy at {self.staging} lacks {missing[:5]} or holds files the manifest "
                              "does not list")
         # Every file was checked as it arrived (or was linked from a checked one): its sha256 is the reference's.
-        for name, entry in files.items():
-            entry["sha256"] = self.reference[name]["sha256"]
+        files = {name: {"size": info.st_size, "sha256": self.reference[name]["sha256"], "mtime_ns": info.st_mtime_ns}
+                 for name, info in listed.items()}
         swap(self.staging, self.target)
         return write_manifest(self.target, files, source)
 

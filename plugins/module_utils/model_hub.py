@@ -21,6 +21,7 @@ import threading
 
 from ansible_collections.vllmops.cluster.plugins.module_utils import model_files
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerError
+from ansible_collections.vllmops.cluster.plugins.module_utils.json_file import write_json
 
 TOKEN_IN_CONTAINER = "/run/vllmops-hub-token"
 MARKER = ".cache/vllmops-download.json"
@@ -82,12 +83,11 @@ def _check(name, entry, path):
     full = os.path.join(path, name)
     if not os.path.isfile(full) or os.path.getsize(full) != entry["size"]:
         return None
-    sha256 = model_files.sha256_file(full)
-    if entry.get("sha256"):
+    if entry.get("sha256"):  # in LFS: the weights, read once
+        sha256 = model_files.sha256_file(full)
         return sha256 if sha256 == entry["sha256"] else None
-    if entry.get("blob_id") and model_files.git_blob_sha1(full) != entry["blob_id"]:
-        return None
-    return sha256
+    sha256, blob_id = model_files.sha256_and_git_blob_sha1(full)
+    return None if entry.get("blob_id") and blob_id != entry["blob_id"] else sha256
 
 
 class Hub:
@@ -213,10 +213,7 @@ class _Progress:
             self._write("downloading")
 
     def _write(self, state):
-        partial = self.path + ".part"
-        with open(partial, "w") as out:
-            json.dump({"state": state, "bytes": _tree_bytes(self.staging)}, out)
-        os.replace(partial, self.path)
+        write_json(self.path, {"state": state, "bytes": _tree_bytes(self.staging)})
 
     def stop(self, state):
         self.done.set()

@@ -6,9 +6,11 @@ of the key: results of an older probe are not read."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-import tempfile
+
+from ansible_collections.vllmops.cluster.plugins.module_utils.json_file import write_json
 
 
 def cache_dir() -> str:
@@ -31,11 +33,5 @@ def read_cache(directory: str, image_id: str, version: int) -> dict | None:
 
 
 def write_cache(directory: str, image_id: str, version: int, result: dict) -> None:
-    try:
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".probe-")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(result, handle)
-        os.replace(tmp, cache_path(directory, image_id, version))
-    except OSError:
-        pass  # a cache that cannot be written only costs speed
+    with contextlib.suppress(OSError):  # a cache that cannot be written only costs speed
+        write_json(cache_path(directory, image_id, version), result, mode=0o600)

@@ -1,0 +1,27 @@
+# Copyright: vllmops.cluster contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""A JSON file written whole or not at all: the records, caches, manifests and progress reports of the modules."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+
+
+def write_json(path, data, mode=0o644, **dump_options):
+    """Write data to path through a temporary file in the same directory and a rename, with mode (a reader sees
+    the old file or the new one, never a part). Creates the directory (0755) when missing."""
+    directory = os.path.dirname(path) or "."
+    os.makedirs(directory, mode=0o755, exist_ok=True)
+    fd, partial = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")  # 0600
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            json.dump(data, out, **dump_options)
+        os.chmod(partial, mode)
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial)
+        raise
