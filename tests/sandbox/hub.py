@@ -101,6 +101,9 @@ class _HubError(Exception):
         self.status, self.headers = status, {"X-Error-Message": message, **({"X-Error-Code": code} if code else {}), **headers}
 
 
+_ECHO_LOCK = threading.Lock()
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     root: Path
@@ -137,8 +140,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _route(self) -> None:
         self.server.requests.append((self.command, self.path))
-        if self.server.echo:
-            print(self.command, self.path, flush=True)
+        if self.server.echo:  # one write per line: the handlers run in threads, and print() writes in parts
+            with _ECHO_LOCK:
+                sys.stdout.write(f"{self.command} {self.path}\n")
+                sys.stdout.flush()
         url = urllib.parse.urlsplit(self.path)
         parts = [urllib.parse.unquote(p) for p in url.path.strip("/").split("/")]  # revisions come quoted with safe=""
         flags = {key for key, values in urllib.parse.parse_qs(url.query).items() if values[-1].lower() in ("1", "true")}
