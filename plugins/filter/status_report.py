@@ -11,7 +11,9 @@ description:
   - Renders what every node reported (C(playbooks/status.yml) gathers it) as one row per node, a line with the
     served model and the backend, and a verdict.
   - The verdict is C(DEGRADED) when a node did not answer, a node is not in Ray or Ray counts another number of
-    alive nodes (Ray backend), a node that runs vLLM has its unit down, or the head's API does not list its models;
+    alive nodes (Ray backend), a machine the inventory does not name is in the cluster (an alive Ray node, or
+    connected to a node's cluster ports, O(peers)), a node that runs vLLM has its unit down, or the head's API does
+    not list its models;
     also when the head watchdog has a record but its timer does not run, vLLM refuses its check (a key or model name
     it does not know), or it reached its restart limit while vLLM still fails.
   - With O(health), lines on the head watchdog - its timer, the last check, the last event (when, what it saw, what
@@ -53,6 +55,13 @@ options:
         parse reads as none.
       - Left out, or without a record while the timer does not run (no head watchdog), the report has no line on it.
     type: dict
+  peers:
+    description:
+      - Host name to the addresses M(vllmops.cluster.cluster_peers) found connected to its cluster ports that are
+        not members (its C(unknown)). An address of a node of the input is not counted.
+      - These and the alive Ray nodes whose address no node of the input has are the cluster's extra members; one
+        problem names them all, with how to remove them (C(playbooks/remove_node.yml)).
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -63,7 +72,7 @@ EXAMPLES = r"""
     report: >-
       {{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'node_status')))
          | vllmops.cluster.status_report(hosts=ansible_play_hosts_all, head='spark-1', plan=vllmops_plan,
-                                         ray=ray_info, api=models) }}
+                                         ray=ray_info, api=models, peers={'spark-1': ['10.0.0.9']}) }}
 """
 
 RETURN = r"""
@@ -89,14 +98,17 @@ _value:
     document:
       description:
         - The same for scripts and monitors (C(status.yml -e status_format=json)); its JSON Schema is
-          C(docs/status.schema.json) (C(schema) C(vllmops.status/1)).
+          C(docs/status.schema.json) (C(schema) C(vllmops.status/1)); C(extra_members) lists the machines in the
+          cluster the inventory does not name (C(address), C(seen_as) - C(ray) and/or C(peer)).
       type: dict
 """
 
+import ipaddress
 import json
 
 ROW = "%-26s %-6s %-12s %-10s %-20s %-9s %-6s %s"
 HEADER = ("NODE", "ROLE", "CLUSTER IP", "GPUS", "IMAGE, VLLM", "RAY UNIT", "IN RAY", "VLLM UNIT")
+REMOVE_HINT = "remove with playbooks/remove_node.yml -e node=NAME -e node_address=ADDRESS"
 
 
 def _alive_addresses(ray: dict) -> set[str]:
@@ -158,7 +170,54 @@ def _row(host: str, node: dict | None, cluster: _Cluster) -> tuple:
     return (host, cluster.role(host), address, _gpus(node.get("gpus") or []), _image(node), ray_unit, in_ray, vllm)
 
 
-def _problems(nodes: dict, rows: list[tuple], cluster: _Cluster) -> list[str]:
+def _address_order(address: str) -> tuple:
+    try:
+        parsed = ipaddress.ip_address(address)
+    except ValueError:
+        return (1, 0, 0, address)
+    return (0, parsed.version, int(parsed), address)
+
+
+def _extra_members(nodes: dict, cluster: _Cluster, peers: dict | None) -> list[dict]:
+    """The machines in the cluster that no node of the inventory is: alive Ray nodes at another address, and
+    peers on a node's cluster ports. One entry per address: address, seen_as (ray, peer), connected_to (hosts)."""
+    inventory = {node.get("address") for node in nodes.values() if node is not None and node.get("address")}
+    inventory |= {member.get("address") for member in ((cluster.plan or {}).get("members") or {}).values()
+                  if isinstance(member, dict) and member.get("address")}
+    extras: dict[str, dict] = {}
+    if cluster.on_ray:
+        for address in cluster.alive - inventory - {None, ""}:
+            extras[str(address)] = {"address": str(address), "seen_as": ["ray"], "connected_to": []}
+    for host, addresses in (peers or {}).items():
+        for address in addresses or []:
+            if not address or address in inventory:
+                continue
+            extra = extras.setdefault(str(address), {"address": str(address), "seen_as": [], "connected_to": []})
+            if "peer" not in extra["seen_as"]:
+                extra["seen_as"].append("peer")
+            if host not in extra["connected_to"]:
+                extra["connected_to"].append(host)
+    return [extras[address] for address in sorted(extras, key=_address_order)]
+
+
+def _extra_members_problem(extras: list[dict], unreachable: list[str]) -> list[str]:
+    if not extras:
+        return []
+    named = []
+    for extra in extras:
+        seen = ["a Ray node"] if "ray" in extra["seen_as"] else []
+        hosts = extra["connected_to"]
+        if len(hosts) == 1:
+            seen.append(f"connected to {hosts[0]}'s cluster ports")
+        elif hosts:
+            seen.append(f"connected to the cluster ports of {', '.join(hosts)}")
+        named.append(f"{extra['address']} ({', '.join(seen)})")
+    # A node that did not answer reported no address: it may be one of these.
+    unless = f" (unless one is {', '.join(unreachable)}, which did not answer)" if unreachable else ""
+    return [f"not in the inventory but in the cluster: {', '.join(named)}{unless} - {REMOVE_HINT}"]
+
+
+def _problems(nodes: dict, rows: list[tuple], cluster: _Cluster, extras: list[dict]) -> list[str]:
     problems = []
     unreachable = [host for host, node in nodes.items() if node is None]
     if unreachable:
@@ -170,6 +229,7 @@ def _problems(nodes: dict, rows: list[tuple], cluster: _Cluster) -> list[str]:
         alive = int(cluster.ray.get("alive_nodes") or 0)
         if alive != len(nodes):
             problems.append(f"Ray counts {alive} alive node(s) for the {len(nodes)} of the inventory")
+    problems += _extra_members_problem(extras, unreachable)
     stopped = [host for host, node in nodes.items()
                if node is not None and cluster.runs_vllm(host) and (node.get("units") or {}).get("vllm") != "active"]
     if stopped:
@@ -269,7 +329,7 @@ def _node_document(host: str, node: dict | None, row: tuple, cluster: _Cluster) 
 
 
 def _document(nodes: dict, rows: list[tuple], cluster: _Cluster, health: dict | None, verdict: str,
-              problems: list[str]) -> dict:
+              problems: list[str], extras: list[dict]) -> dict:
     record = _record(health or {})
     watchdog = None
     if record or (health or {}).get("timer") == "active":
@@ -291,10 +351,11 @@ def _document(nodes: dict, rows: list[tuple], cluster: _Cluster, health: dict | 
         if cluster.on_ray else None,
         "nodes": [_node_document(host, node, row, cluster) for (host, node), row in zip(nodes.items(), rows, strict=True)],
         "head_watchdog": watchdog,
+        "extra_members": [{"address": extra["address"], "seen_as": list(extra["seen_as"])} for extra in extras],
     }
 
 
-def status_report(nodes, head, hosts=None, plan=None, ray=None, api=None, health=None):
+def status_report(nodes, head, hosts=None, plan=None, ray=None, api=None, health=None, peers=None):
     nodes = dict(nodes or {})
     if hosts is not None:
         nodes = {host: nodes.get(host) for host in hosts}
@@ -305,13 +366,14 @@ def status_report(nodes, head, hosts=None, plan=None, ray=None, api=None, health
     else:
         backend = cluster.plan.get("summary", "")
     health_lines, health_problems = _health(health)
-    problems = _problems(nodes, rows, cluster) + health_problems
+    extras = _extra_members(nodes, cluster, peers)
+    problems = _problems(nodes, rows, cluster, extras) + health_problems
     verdict = "DEGRADED" if problems else "OK"
     lines = [ROW % HEADER, *(ROW % row for row in rows), f"served model: {cluster.served()}; {backend}",
              *_model_line(nodes), *health_lines,
              f"{verdict}: {'; '.join(problems)}" if problems else verdict]
     return {"lines": lines, "text": "\n".join(lines), "verdict": verdict, "problems": problems,
-            "document": _document(nodes, rows, cluster, health, verdict, problems)}
+            "document": _document(nodes, rows, cluster, health, verdict, problems, extras)}
 
 
 class FilterModule:

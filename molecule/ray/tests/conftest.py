@@ -26,8 +26,6 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
-sys.path.insert(0, str(ROOT / "tests/sandbox"))
-from health_poller import HealthPoller  # noqa: E402
 
 SCENARIO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -70,6 +68,15 @@ class Cluster:
         """How many times systemd started vllmops-vllm on the head."""
         return len(self.on(HEAD, "journalctl", "--unit", "vllmops-vllm", "--output", "cat", "--grep",
                            "^Started vllmops-vllm", check=False).splitlines())
+
+    def running_images(self) -> dict:
+        """Node -> container of ours -> the ID of the image it runs."""
+        found = {}
+        for node in (HEAD, WORKER):
+            out = self.on(node, "sh", "-c", "docker inspect --format '{{.Name}} {{.Image}}'"
+                          " $(docker ps --quiet --filter label=io.vllmops.unit)")
+            found[node] = dict(line.lstrip("/").split() for line in out.splitlines())
+        return found
 
     def vllm_args(self) -> list[str]:
         return self.inspect(HEAD, "vllmops-vllm")["args"]
@@ -130,12 +137,15 @@ class Cluster:
         return self.playbook("deploy.yml", *args, extra=extra, node3=node3)
 
     # --- the endpoint -----------------------------------------------------------
-    def get(self, path: str, key: str | None = None, body: dict | None = None, timeout: float = 30) -> tuple[int, dict]:
+    def get(self, path: str, key: str | None = None, body: dict | None = None, timeout: float = 30,
+            node: str = HEAD) -> tuple[int, dict]:
+        """The API on a node's management address (the head's unless told), as a client."""
         headers = {"Content-Type": "application/json"}
         if key:
             headers["Authorization"] = f"Bearer {key}"
         data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.url + path, data=data, headers=headers)
+        url = self.url if node == HEAD else f"https://{self.addresses[node]}:8000"
+        request = urllib.request.Request(url + path, data=data, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=timeout, context=self.tls) as resp:
                 text = resp.read()
@@ -143,9 +153,10 @@ class Cluster:
         except urllib.error.HTTPError as err:
             return err.code, {}
 
-    def complete(self, prompt: str, tokens: int) -> dict:
+    def complete(self, prompt: str, tokens: int, node: str = HEAD) -> dict:
         status, answer = self.get("/v1/completions", self.vars["vllm_serve_api_key"],
-                                  {"model": self.vars["vllm_serve_served_model_name"], "prompt": prompt, "max_tokens": tokens})
+                                  {"model": self.vars["vllm_serve_served_model_name"], "prompt": prompt, "max_tokens": tokens},
+                                  node=node)
         assert status == 200, f"/v1/completions answered {status}"
         return answer
 
@@ -191,11 +202,6 @@ class Run:
                     if name in result.get("ansible_facts", {}):
                         found[host] = result["ansible_facts"][name]
         return found
-
-
-def Poller(cluster: Cluster) -> HealthPoller:
-    """/health asked from this machine every 0.2 s while a block runs."""
-    return HealthPoller(cluster.healthy)
 
 
 @pytest.fixture(scope="session")

@@ -52,6 +52,9 @@ DOCKERFILE = f"""\
 ARG BASE_IMAGE
 FROM ${{BASE_IMAGE}}
 COPY site/ {SITE}/
+# Bytecode for the image's Python (3.11), as pip writes it when it installs
+# there: Ray starts several Python processes per node, each importing ray.
+RUN python3 -m compileall -q -j 0 {SITE} >/dev/null
 COPY bin/ /usr/local/bin/
 COPY serve_flags.json /usr/local/share/vllmops-standin/serve_flags.json
 ENV CUDA_VERSION=13.0.1 NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility \\
@@ -99,7 +102,7 @@ def _install_site(site: Path) -> None:
     machine = platform.machine()
     plats = [f"--platform={p}_{machine}" for p in ("manylinux2014", "manylinux_2_17", "manylinux_2_28", "linux")]
     _pip("install", "--quiet", "--disable-pip-version-check", "--no-index", "--find-links", str(_wheels()),
-         "--only-binary", ":all:", "--python-version", "3.11", "--implementation", "cp", *plats, "--target", str(site), *RAY)
+         "--only-binary", ":all:", "--python-version", "3.11", "--implementation", "cp", *plats, "--no-compile", "--target", str(site), *RAY)
     shutil.rmtree(site / "bin", ignore_errors=True)  # launchers with this machine's interpreter path
     vllm_sources.install_layout(VLLM_VERSION, site)
     shutil.copy(HERE / "vllm_standin.py", site / "vllm_standin.py")

@@ -33,6 +33,7 @@ def ray(*addresses, dead=()):
 
 API_OK = {"status": 200, "json": {"data": [{"id": "Qwen/Qwen3-0.6B"}]}}
 API_DOWN = {"status": -1, "msg": "Connection refused"}
+SCHEMA = json.loads((Path(__file__).resolve().parents[4] / "docs/status.schema.json").read_text())
 RAY_NODES = {"spark-1": node("10.66.0.11", ray_units(True)), "spark-2": node("10.66.0.12", ray_units(False))}
 MP_NODES = {"spark-1": node("10.66.0.11"), "spark-2": node("10.66.0.12")}
 
@@ -85,7 +86,9 @@ def test_healthy_mp_cluster_shows_ranks_and_the_plan():
                  ["no answer from: spark-2"], id="mp: a host unreachable"),
     pytest.param(RAY_NODES, "ray", ray("10.66.0.11", "10.66.0.12", "10.66.0.99"), API_OK,
                  "spark-2                    worker 10.66.0.12   1 GB10     0123456789ab 0.11.1  active    yes    -",
-                 ["Ray counts 3 alive node(s) for the 2 of the inventory"], id="ray: a node Ray has that we do not"),
+                 ["Ray counts 3 alive node(s) for the 2 of the inventory",
+                  "not in the inventory but in the cluster: 10.66.0.99 (a Ray node) - remove with playbooks/remove_node.yml "
+                  "-e node=NAME -e node_address=ADDRESS"], id="ray: a node Ray has that we do not, named"),
     pytest.param(MP_NODES, "mp", None, API_DOWN,
                  "spark-1                    head 0 10.66.0.11   1 GB10     0123456789ab 0.11.1  -         -      "
                  "active not answering",
@@ -100,6 +103,60 @@ def test_degraded_or_not(nodes, backend, ray_info, api, row, problems):
     assert report["problems"] == problems
     assert report["verdict"] == ("DEGRADED" if problems else "OK")
     assert report["lines"][-1] == (f"DEGRADED: {'; '.join(problems)}" if problems else "OK")
+
+
+# --- extra members: machines in the cluster that the inventory does not name --------------------
+REMOVE = " - remove with playbooks/remove_node.yml -e node=NAME -e node_address=ADDRESS"
+
+
+@pytest.mark.parametrize(("nodes", "backend", "ray_info", "peers", "problems", "extra_members"), [
+    pytest.param(RAY_NODES, "ray", ray("10.66.0.11", "10.66.0.12", "10.66.0.99"),
+                 {"spark-1": ["10.66.0.98", "10.66.0.99"], "spark-2": ["10.66.0.98"]},
+                 ["Ray counts 3 alive node(s) for the 2 of the inventory",
+                  "not in the inventory but in the cluster: 10.66.0.98 (connected to the cluster ports of spark-1, spark-2), "
+                  "10.66.0.99 (a Ray node, connected to spark-1's cluster ports)" + REMOVE],
+                 [{"address": "10.66.0.98", "seen_as": ["peer"]}, {"address": "10.66.0.99", "seen_as": ["ray", "peer"]}],
+                 id="ray: a Ray node and a peer, merged per address, one line"),
+    pytest.param(RAY_NODES, "ray", ray("10.66.0.11", "10.66.0.12"),
+                 {"spark-1": ["10.66.0.100", "fd00::13", "10.66.0.9"], "spark-2": []},
+                 ["not in the inventory but in the cluster: 10.66.0.9 (connected to spark-1's cluster ports), "
+                  "10.66.0.100 (connected to spark-1's cluster ports), fd00::13 (connected to spark-1's cluster ports)"
+                  + REMOVE],
+                 [{"address": "10.66.0.9", "seen_as": ["peer"]}, {"address": "10.66.0.100", "seen_as": ["peer"]},
+                  {"address": "fd00::13", "seen_as": ["peer"]}],
+                 id="ray: Ray counts right but a stranger reconnects; addresses in numeric order, IPv6 last"),
+    pytest.param(MP_NODES, "mp", ray("10.66.0.99"), {"spark-1": ["10.66.0.13"]},
+                 ["not in the inventory but in the cluster: 10.66.0.13 (connected to spark-1's cluster ports)" + REMOVE],
+                 [{"address": "10.66.0.13", "seen_as": ["peer"]}],
+                 id="mp: a former rank still connected to the master port; Ray is not asked"),
+    pytest.param(RAY_NODES, "ray", ray("10.66.0.11", "10.66.0.12"), {"spark-1": ["10.66.0.12"], "spark-2": ["10.66.0.11"]},
+                 [], [], id="members connected to each other are no extras"),
+    pytest.param({**RAY_NODES, "spark-2": None}, "ray", ray("10.66.0.11", "10.66.0.12"), {"spark-1": ["10.66.0.12"]},
+                 ["no answer from: spark-2",
+                  "not in the inventory but in the cluster: 10.66.0.12 (a Ray node, connected to spark-1's cluster ports) "
+                  "(unless one is spark-2, which did not answer)" + REMOVE],
+                 [{"address": "10.66.0.12", "seen_as": ["ray", "peer"]}],
+                 id="ray: a node that did not answer may be the extra one, and the line says so"),
+])
+def test_extra_members_are_named_with_how_to_remove_them(nodes, backend, ray_info, peers, problems, extra_members):
+    report = status_report(nodes, "spark-1", plan=plan(backend), ray=ray_info,
+                           api=API_OK, peers=peers)
+    assert report["problems"] == problems
+    assert report["verdict"] == ("DEGRADED" if problems else "OK")
+    assert report["lines"][-1] == (f"DEGRADED: {'; '.join(problems)}" if problems else "OK")
+    assert report["document"]["extra_members"] == extra_members
+    jsonschema.validate(report["document"], SCHEMA)
+
+
+def test_the_plan_s_members_are_no_extras():
+    # A member's address the plan knows, whatever its node reported this time (here: no cluster.env yet).
+    nodes = {"spark-1": node("10.66.0.11", ray_units(True)), "spark-2": node("", ray_units(False))}
+    members = {**plan("ray"), "members": {"spark-1": {"rank": 0, "address": "10.66.0.11"},
+                                          "spark-2": {"rank": 1, "address": "10.66.0.12"}}}
+    report = status_report(nodes, "spark-1", plan=members, ray=ray("10.66.0.11", "10.66.0.12"), api=API_OK,
+                           peers={"spark-1": ["10.66.0.12"]})
+    assert report["document"]["extra_members"] == []
+    assert report["problems"] == ["not in Ray: spark-2"]
 
 
 def test_without_a_plan_the_table_assumes_ray():
@@ -185,7 +242,6 @@ def test_a_record_already_parsed_reads_the_same():
 
 
 # --- status_format=json: the same report for scripts, as docs/status.schema.json says -----------
-SCHEMA = json.loads((Path(__file__).resolve().parents[4] / "docs/status.schema.json").read_text())
 
 
 @pytest.mark.parametrize(("nodes", "backend", "ray_info", "api", "health"), [
@@ -211,6 +267,8 @@ def test_the_json_document_follows_its_schema_and_says_what_the_table_says(nodes
 def test_the_schema_refuses_what_scripts_must_not_get():
     document = status_report(MP_NODES, "spark-1", plan=plan("mp"), api=API_OK)["document"]
     for broken in ({**document, "verdict": "FINE"}, {**document, "extra": 1},
+                   {**document, "extra_members": [{"address": "10.66.0.99", "seen_as": ["ssh"]}]},
+                   {key: value for key, value in document.items() if key != "extra_members"},
                    {**document, "nodes": [{**document["nodes"][0], "rank": "0"}]}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(broken, SCHEMA)

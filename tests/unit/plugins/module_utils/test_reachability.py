@@ -43,7 +43,11 @@ def test_ports_are_free_again_when_it_returns():
     connect_later(port, 1)
     listen_until_reached("127.0.0.1", [port], connections=1, timeout_s=20)
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", port))  # would raise EADDRINUSE if the listener kept it
+        # As the services that take the port over bind it (Ray, uvicorn: SO_REUSEADDR, which a connection closed
+        # moments ago in TIME_WAIT does not block); still EADDRINUSE while the listener holds the port.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", port))
+        sock.listen(1)
 
 
 def test_a_port_nobody_reaches_is_reported_incomplete_at_the_timeout():

@@ -1,0 +1,71 @@
+"""Changes of the serving image an operator makes on purpose (the head moved
+to another node is tests/test_grow_and_remove.py): an image upgrade whose
+server fails at start, rolled back to the previous image automatically (Ray's
+units too); an upgrade that passes, then
+playbooks/rollback.yml back to the previous image by its ID, even where its
+name no longer points at it (its units then equal what the inventory
+describes)."""
+
+from __future__ import annotations
+
+from conftest import HEAD, WORKER
+
+# What these changes touch (the plays of the other roles have nothing to do).
+TAGS = ("--tags", "image,ray_cluster,api_proxy,vllm_serve")
+SERVING = {"vllmops-vllm", "vllmops-ray-head", "vllmops-ray-worker"}
+
+
+def serving_images(cluster) -> dict:
+    """Node -> Ray's and vLLM's containers -> the image ID each runs."""
+    return {node: {name: image for name, image in found.items() if name in SERVING}
+            for node, found in cluster.running_images().items()}
+
+
+def variant(cluster, tag: str, *lines: str) -> str:
+    """An image built on the head from the serving image, with a few more lines; its ID."""
+    dockerfile = "\n".join([f"FROM {cluster.vars['vllmops_image']}", *lines]) + "\n"
+    cluster.on(HEAD, "sh", "-c", f'printf "%s" "$1" | DOCKER_BUILDKIT=0 docker build --quiet --tag {tag} -', "sh", dockerfile)
+    return cluster.on(HEAD, "docker", "image", "inspect", "--format", "{{.Id}}", tag)
+
+
+def kept(cluster, node: str, which: str) -> str:
+    return cluster.on(node, "docker", "image", "inspect", "--format", "{{.Id}}", f"vllmops-kept:{which}", check=False)
+
+
+def test_an_upgrade_whose_server_fails_goes_back_to_the_previous_image_ray_included(cluster):
+    base = cluster.image_id(HEAD)
+    before = serving_images(cluster)
+    assert {image for found in before.values() for image in found.values()} == {base}, before
+    bad = variant(cluster, "vllmops-sandbox/vllm-openai:v0.33.0-oom", "ENV VLLMOPS_STANDIN_FAIL=oom")
+
+    run = cluster.deploy(*TAGS, extra={"vllmops_image": "vllmops-sandbox/vllm-openai:v0.33.0-oom"})
+    assert run.rc != 0, run
+    assert "new configuration: oom" in str(run), run
+    assert "Rolled back every node to the last working configuration: healthy again." in str(run), run
+    assert bad not in str(serving_images(cluster))
+    assert serving_images(cluster) == before
+    assert cluster.complete("rolled back", 3)["usage"]["completion_tokens"] == 3
+
+
+def test_a_passing_upgrade_then_rollback_yml_serves_the_previous_image_by_its_id(cluster):
+    name = cluster.vars["vllmops_image"]
+    base = cluster.image_id(HEAD)
+    new = variant(cluster, "vllmops-sandbox/vllm-openai:v0.33.1", "LABEL io.vllmops.test=upgrade")
+
+    up = cluster.deploy(*TAGS, extra={"vllmops_image": "vllmops-sandbox/vllm-openai:v0.33.1"})
+    assert up.rc == 0, up
+    assert {image for found in serving_images(cluster).values() for image in found.values()} == {new}
+    assert (kept(cluster, WORKER, "last-good"), kept(cluster, WORKER, "previous")) == (new, base)
+
+    # The old name no longer points at the old content on node2: the units name it by ID, the kept tag holds it.
+    cluster.on(WORKER, "docker", "image", "rm", name)
+    try:
+        back = cluster.playbook("playbooks/rollback.yml")
+        assert back.rc == 0, back
+        assert {image for found in serving_images(cluster).values() for image in found.values()} == {base}
+        assert cluster.complete("gone back", 3)["usage"]["completion_tokens"] == 3
+        assert (kept(cluster, WORKER, "last-good"), kept(cluster, WORKER, "previous")) == (base, new)
+    finally:
+        cluster.on(WORKER, "docker", "tag", base, name)
+
+    assert cluster.healthy()
