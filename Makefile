@@ -26,7 +26,7 @@ SANDBOX_HUB_PORT ?= 29780
 SANDBOX_HUB_DIR ?= $(HOME)/.cache/vllmops/hub
 SANDBOX_GATEWAY = $(shell python3 -c "import ipaddress; print(next(ipaddress.ip_network('$(SANDBOX_MGMT_CIDR)').hosts()))")
 
-.PHONY: venv venv-oldest test sandbox sandbox-down build clean
+.PHONY: venv venv-oldest test sandbox sandbox-images sandbox-down build clean
 
 venv: $(VENV)/.installed
 
@@ -69,6 +69,12 @@ sandbox: venv
 	  --gated sandbox/tiny-gated=sandbox-gated-token --pidfile $(SANDBOX_HUB_DIR)/$(SANDBOX_PREFIX).pid >/dev/null
 	ansible-playbook deploy.yml -i inventories/sandbox
 	$(PY) tests/sandbox/endpoint.py inventories/sandbox
+
+# What `make sandbox` builds before any node starts (each cached per recipe);
+# tests/run.py builds it beside the molecule scenarios.
+sandbox-images: venv
+	$(PY) tests/sandbox/serving/real_vllm.py model
+	$(SANDBOX_IMAGE_TOOL) archive
 
 sandbox-down:
 	python3 tests/sandbox/hub.py stop --pidfile $(SANDBOX_HUB_DIR)/$(SANDBOX_PREFIX).pid

@@ -56,9 +56,9 @@ def _kill_and_recover(sandbox, node: str) -> tuple[float, dict]:
     return took, old
 
 
-# Rank 0 killed is tests/e2e/test_watchdog.py's killed EngineCore (the ranks follow there too); a changed flag
-# restarting each rank once is tests/e2e/test_secrets.py's -vvv deploy; a configuration real vLLM refuses at
-# start, rolled back on every node, is step 3 of tests/e2e/test_switch_backend.py.
+# Rank 0 killed is tests/e2e/test_watchdog.py's killed EngineCore (the ranks follow there too); a new
+# configuration starting each rank once is the last switch of tests/e2e/test_switch_backend.py (at -vvv), and a
+# configuration real vLLM refuses at start, rolled back on every node, is its step 3.
 def test_headless_rank_killed_service_recovers(sandbox):
     took, old = _kill_and_recover(sandbox, sandbox.worker)
     print(f"served again {took:.0f} s after the headless rank was killed")

@@ -1,7 +1,7 @@
 """Changes of the serving image an operator makes on purpose (the head moved
-to another node is tests/test_grow_and_remove.py): an image upgrade whose
-server fails at start, rolled back to the previous image automatically (Ray's
-units too); an upgrade that passes, then
+to another node is tests/test_grow_and_remove.py): an image upgrade, with one
+more flag, whose server hangs at start, rolled back to the previous image and
+configuration automatically (Ray's units too); an upgrade that passes, then
 playbooks/rollback.yml back to the previous image by its ID, even where its
 name no longer points at it (its units then equal what the inventory
 describes)."""
@@ -32,18 +32,21 @@ def kept(cluster, node: str, which: str) -> str:
     return cluster.on(node, "docker", "image", "inspect", "--format", "{{.Id}}", f"vllmops-kept:{which}", check=False)
 
 
-def test_an_upgrade_whose_server_fails_goes_back_to_the_previous_image_ray_included(cluster):
+def test_an_upgrade_whose_server_hangs_at_start_goes_back_to_the_previous_image_and_flags_ray_included(cluster):
     base = cluster.image_id(HEAD)
-    before = serving_images(cluster)
+    before, args = serving_images(cluster), cluster.vllm_args()
     assert {image for found in before.values() for image in found.values()} == {base}, before
-    bad = variant(cluster, "vllmops-sandbox/vllm-openai:v0.33.0-oom", "ENV VLLMOPS_STANDIN_FAIL=oom")
+    bad = variant(cluster, "vllmops-sandbox/vllm-openai:v0.33.0-hang", "ENV VLLMOPS_STANDIN_FAIL=hang")
 
-    run = cluster.deploy(*TAGS, extra={"vllmops_image": "vllmops-sandbox/vllm-openai:v0.33.0-oom"})
+    # It never answers, and its log stops moving: diagnosed after the hang window (vllm_serve_hang_window).
+    run = cluster.deploy(*TAGS, serve_args={"max_num_seqs": 8},
+                         extra={"vllmops_image": "vllmops-sandbox/vllm-openai:v0.33.0-hang"})
     assert run.rc != 0, run
-    assert "new configuration: oom" in str(run), run
+    assert "new configuration: hang" in str(run), run
     assert "Rolled back every node to the last working configuration: healthy again." in str(run), run
     assert bad not in str(serving_images(cluster))
     assert serving_images(cluster) == before
+    assert cluster.vllm_args() == args
     assert cluster.complete("rolled back", 3)["usage"]["completion_tokens"] == 3
 
 
