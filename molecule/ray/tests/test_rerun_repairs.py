@@ -1,7 +1,8 @@
-"""What an operator finds broken, re-running deploy.yml repairs: a Ray worker
-that stays away (status.yml says DEGRADED until then) and vLLM stopped with a
-leftover container of ours in its way (removed, and named in the run's
-output, before vLLM starts)."""
+"""What an operator finds broken, re-running deploy.yml repairs (here the
+plays that own it, --tags ray_cluster,vllm_serve): a Ray worker that stays
+away (status.yml says DEGRADED until then) and vLLM stopped with a leftover
+container of ours in its way (removed, and named in the run's output, before
+vLLM starts)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ def test_a_rerun_brings_back_a_worker_away_and_removes_a_leftover_container(clus
     degraded = f"DEGRADED: not in Ray: {WORKER}"
     assert degraded in status(cluster, until=degraded)
 
-    run = cluster.deploy()
+    run = cluster.deploy("--tags", "ray_cluster,vllm_serve")
 
     assert run.rc == 0, run
     assert "vllmops-vllm-leftover" in run.stdout, run  # the run names what it removed
