@@ -27,6 +27,11 @@ def _standin_archive() -> str:
     return out.stdout.strip()
 
 
+def _units(sandbox) -> dict:
+    """Node -> (its vLLM unit's text, its Ray unit's text)."""
+    return {node: (sandbox.unit(node), sandbox.unit(node, RAY_UNITS[i])) for i, node in enumerate(sandbox.nodes)}
+
+
 def _ray_running(sandbox) -> bool:
     return all(sandbox.active(node, RAY_UNITS[i]) for i, node in enumerate(sandbox.nodes))
 
@@ -57,14 +62,14 @@ def test_ray_then_the_ray_free_mode(sandbox, poller):
 
     # 3. a switch to the Ray-free mode that passes every check of the image's flags, but real vLLM refuses to start
     # (64 KiB of KV cache cannot hold one request of max_model_len 256): rolled back onto Ray on every node
-    units = {node: (sandbox.unit(node), sandbox.unit(node, RAY_UNITS[i])) for i, node in enumerate(sandbox.nodes)}
+    units = _units(sandbox)
     too_small = dict(sandbox.serve_vars["vllm_serve_args"], kv_cache_memory_bytes=65536)
     run = sandbox.deploy(too_small, tags="image,ray_cluster,vllm_serve")
     assert run.returncode != 0
     assert "did not come up with the new configuration: kv_cache_too_small" in " ".join(run.stdout.split())
     assert "Rolled back every node to the last working configuration: healthy again" in run.stdout
     assert _ray_running(sandbox)
-    assert {node: (sandbox.unit(node), sandbox.unit(node, RAY_UNITS[i])) for i, node in enumerate(sandbox.nodes)} == units
+    assert _units(sandbox) == units
     assert "--distributed-executor-backend ray" in sandbox.unit(sandbox.head).replace("\\\n", "")
     assert sandbox.unit(sandbox.worker) == "" and sandbox.container(sandbox.worker) == {}
     assert sandbox.complete()["choices"][0]["text"]
