@@ -2,18 +2,21 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """GPU passthrough facts and their diagnosis: host GPUs (nvidia-smi's CSV
 and XML output), the NVIDIA container toolkit, Docker's runtimes and CDI,
-and what a short passthrough container sees.
+and what a short passthrough container sees; and the GPU compute processes
+on the host, each found in its container or unit and told ours or foreign.
 
 Every problem becomes one sentence saying what is wrong and what fixes it.
 """
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 from xml.etree import ElementTree
 
 GPU_QUERY_FIELDS = ("index", "name", "uuid", "memory.total", "compute_cap", "pci.bus_id", "driver_version")
+COMPUTE_APP_FIELDS = ("pid", "process_name", "used_memory")
 ROLE = "vllmops.cluster.nvidia_container_toolkit"
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 
@@ -128,6 +131,112 @@ def cdi_specs(directories=CDI_DIRS) -> list[dict]:
             kinds = sorted(set(re.findall(r"""["']?kind["']?\s*:\s*["']?([\w.\-/]+)""", text)))
             specs.append({"path": path, "kinds": kinds})
     return specs
+
+
+# -- GPU compute processes ---------------------------------------------------------
+
+# What nvidia-smi prints where it has no answer; GB10's driver reports the memory of each process, but
+# another driver, vGPU or a non-root caller may not.
+_NO_FIGURE = re.compile(r"^\[?(N/A|Not Supported|Insufficient Permissions|Unknown Error)\]?$", re.I)
+# A Docker container's cgroup: /docker/<id> (cgroupfs driver) or .../docker-<id>.scope (systemd driver).
+_DOCKER_CGROUP = re.compile(r"(?:^|/)docker(?:/|-)([0-9a-f]{64})(?:\.scope)?(?=/|$)")
+_SERVICE_CGROUP = re.compile(r"(?:^|/)([^/]+)\.service(?=/|$)")
+
+
+def parse_compute_apps_csv(text: str) -> list[dict]:
+    """`nvidia-smi --query-compute-apps=<COMPUTE_APP_FIELDS> --format=csv,noheader,nounits`, one process a line
+    (one line per GPU the process uses: their memory adds up).
+
+    `used_memory` is MiB, or a bracketed word where the driver has no figure (None here)."""
+    processes: dict[int, dict] = {}
+    for cells in csv.reader(text.splitlines(), skipinitialspace=True):
+        if not cells or not "".join(cells).strip() or cells[0].strip().lower().startswith("no running"):
+            continue
+        if len(cells) < len(COMPUTE_APP_FIELDS) or not cells[0].strip().isdigit():
+            raise GpuProbeError(f"unexpected nvidia-smi compute-apps line (want {', '.join(COMPUTE_APP_FIELDS)}): "
+                                f"{', '.join(cells)!r}")
+        # A process name is not quoted by nvidia-smi and may hold commas: it is everything between pid and memory.
+        pid, name, memory = int(cells[0]), ", ".join(c.strip() for c in cells[1:-1]), cells[-1].strip()
+        if _NO_FIGURE.match(memory) or not memory:
+            used = None
+        else:
+            try:
+                used = int(float(memory.split()[0]))
+            except ValueError as err:
+                raise GpuProbeError(f"unexpected used_memory {memory!r} in nvidia-smi's line for PID {pid}") from err
+        seen = processes.get(pid)
+        if seen is None:
+            processes[pid] = {"pid": pid, "name": name, "used_memory_mib": used}
+        elif used is not None:
+            seen["used_memory_mib"] = (seen["used_memory_mib"] or 0) + used
+    return list(processes.values())
+
+
+def cgroup_owner(text: str | None) -> dict:
+    """The Docker container (its full ID) and the systemd unit a process runs in, from /proc/PID/cgroup.
+
+    The unified hierarchy (cgroup v2, "0::") is read first, then systemd's v1 hierarchy, then the others; the
+    innermost container wins where containers nest (Docker inside a container)."""
+    owner = {"cgroup": None, "container_id": None, "unit": None}
+    lines = [line.split(":", 2) for line in (text or "").splitlines()]
+    paths = [(parts[1], parts[2].strip()) for parts in lines if len(parts) == 3]
+    paths.sort(key=lambda entry: 0 if entry[0] == "" else 1 if entry[0] == "name=systemd" else 2)
+    for _controllers, path in paths:
+        containers = _DOCKER_CGROUP.findall(path)
+        units = _SERVICE_CGROUP.findall(path)
+        if containers or units:
+            return {"cgroup": path, "container_id": containers[-1] if containers else None,
+                    "unit": units[-1] if units else None}
+        owner["cgroup"] = owner["cgroup"] or path
+    return owner
+
+
+def _unit_is_ours(unit: str | None, own_units) -> bool:
+    # Our units' own names, and instances of them (NAME@INSTANCE).
+    return bool(unit) and any(unit == name or unit.startswith(name + "@") for name in own_units)
+
+
+def classify_processes(processes: list[dict], cgroups: dict, containers: list[dict] | None,
+                       own_label: str | None, own_units=()) -> list[dict]:
+    """Each GPU process with where it runs and whether it is ours.
+
+    cgroups: PID to the text of /proc/PID/cgroup (None: not readable, the process is gone or hidden).
+    containers: the Docker Engine's container summaries (GET /containers/json?all=1), None when it could not be
+    asked. Ours: in a container labelled own_label, or in one of own_units (a unit that runs the process itself)."""
+    by_id = {c.get("Id", ""): c for c in containers or []}
+    result = []
+    for process in processes:
+        text = cgroups.get(process["pid"])
+        owner = cgroup_owner(text)
+        container = by_id.get(owner["container_id"] or "")
+        labels = (container or {}).get("Labels") or {}
+        names = (container or {}).get("Names") or []
+        entry = dict(process, visible=text is not None, cgroup=owner["cgroup"], container_id=owner["container_id"],
+                     container_name=names[0].lstrip("/") if names else None, unit=owner["unit"])
+        entry["ours"] = bool(own_label and own_label in labels) or _unit_is_ours(owner["unit"], own_units)
+        entry["description"] = describe_process(entry, engine_known=containers is not None)
+        result.append(entry)
+    return result
+
+
+def describe_process(process: dict, engine_known: bool = True) -> str:
+    """One phrase an operator can act on: PID, name, where it runs, how much GPU memory it holds."""
+    where = ""
+    if process.get("container_id"):
+        short = process["container_id"][:12]
+        if process.get("container_name"):
+            where = f" in container {process['container_name']} ({short})"
+        elif engine_known:
+            where = f" in container {short} (unknown to this host's Docker Engine)"
+        else:
+            where = f" in container {short} (the Docker Engine did not answer)"
+    elif process.get("unit"):
+        where = f" in {process['unit']}.service"
+    elif process.get("visible") is False:
+        where = " (not in /proc: it ended, or runs in another PID namespace)"
+    memory = process.get("used_memory_mib")
+    held = f"{memory} MiB of GPU memory" if memory is not None else "GPU memory (nvidia-smi gives no figure)"
+    return f"PID {process['pid']} ({process['name'] or '?'}){where} holds {held}"
 
 
 # -- diagnosis ---------------------------------------------------------------------

@@ -9,7 +9,12 @@ Inputs are the host's addresses (``ip -j addr show``) and its sysfs tree
 * ``/sys/class/net/<if>/{mtu,speed,operstate}`` and
   ``/sys/class/net/<if>/device/infiniband/<dev>`` (netdev -> RDMA device);
 * ``/sys/class/infiniband/<dev>/ports/<n>/{state,link_layer}`` and the GID
-  table ``gids/<i>``, ``gid_attrs/types/<i>``, ``gid_attrs/ndevs/<i>``.
+  table ``gids/<i>``, ``gid_attrs/types/<i>``, ``gid_attrs/ndevs/<i>``;
+* ``/sys/class/infiniband/<dev>/device/infiniband_verbs/uverbs<n>``: the
+  verbs character device a process opens for that RDMA device
+  (``/dev/infiniband/uverbs<n>``); a container needs it, with
+  ``/dev/infiniband/rdma_cm`` where the host has it, or NCCL inside falls
+  back to TCP sockets.
 
 Facts from shared/notes/rdma.md: judge ports by sysfs state (4: ACTIVE), not
 ibdev2netdev; the right GID is the RoCE v2 one holding the IPv4-mapped
@@ -105,6 +110,23 @@ def rdma_device(sysfs: str, name: str) -> dict:
     return {"name": name, "ports": ports}
 
 
+def container_devices(sysfs: str, devfs: str, hca: list[str]) -> tuple[list[str], list[str]]:
+    """The device nodes a container needs for the chosen ports (``dev:port``), those that exist under devfs;
+    and the RDMA devices that have none there (NCCL inside could not open them)."""
+    devices, missing = [], []
+    for dev in sorted({entry.split(":")[0] for entry in hca}):
+        verbs = [os.path.join(devfs, "infiniband", name)
+                 for name in _listdir(os.path.join(sysfs, "class/infiniband", dev, "device/infiniband_verbs"))]
+        present = [path for path in verbs if os.path.exists(path)]
+        devices.extend(present)
+        if not present:
+            missing.append(dev)
+    rdma_cm = os.path.join(devfs, "infiniband", "rdma_cm")
+    if devices and os.path.exists(rdma_cm):
+        devices.append(rdma_cm)
+    return devices, missing
+
+
 def ipv4_mapped_gid(address: str) -> str:
     """::ffff:10.0.0.1 as the kernel prints GIDs: 0000:...:ffff:0a00:0001."""
     packed = ipaddress.IPv6Address("::ffff:" + address).exploded
@@ -128,7 +150,7 @@ def _nccl_older_than_auto_gid(nccl_version: str | None) -> bool:
 
 
 def nccl_facts(ip_addr: list[dict], sysfs: str, address: str | None = None, cidr: str | None = None,
-               nccl_version: str | None = None, force_gid_index: bool = False) -> dict:
+               nccl_version: str | None = None, force_gid_index: bool = False, devfs: str = "/dev") -> dict:
     interfaces = interfaces_from_ip_json(ip_addr)
     interface, entry = find_cluster_interface(interfaces, address, cidr)
     name = interface["name"]
@@ -182,12 +204,17 @@ def nccl_facts(ip_addr: list[dict], sysfs: str, address: str | None = None, cidr
     if twins_without:
         warnings.append(f"RDMA port(s) {', '.join(twins_without)} on {name} carry no RoCE v2 GID for "
                         f"{entry['address']} and are left out of NCCL_IB_HCA")
+    devices, without_node = container_devices(sysfs, devfs, hca)
+    if without_node:
+        warnings.append(f"RDMA device(s) {', '.join(without_node)} have no verbs device under {devfs}/infiniband "
+                        "(is ib_uverbs loaded?): the containers get none, and NCCL in them uses TCP sockets")
     return {
         "interface": {"name": name, "address": entry["address"], "prefixlen": entry["prefixlen"],
                       "network": str(network), "mtu": netdev["mtu"], "speed_mbps": netdev["speed_mbps"],
                       "operstate": netdev["operstate"]},
         "rdma_devices": devices,
         "nccl_ib_hca": hca,
+        "container_devices": devices,
         "roce_v2_ipv4_gid_index": gid_index,
         "transport": transport,
         "ray_node_ip_address": entry["address"],

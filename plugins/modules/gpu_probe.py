@@ -20,6 +20,10 @@ description:
     mode too.
   - Returns C(ok) and C(diagnosis), one sentence per problem saying what is wrong and which role or variable
     fixes it. With O(require_gpus) the module fails with that diagnosis when fewer GPUs are usable.
+  - Lists the GPU compute processes of the host (C(nvidia-smi --query-compute-apps=pid,process_name,used_memory)),
+    each with the Docker container it runs in (from C(/proc/PID/cgroup), named by the Docker Engine) or its
+    systemd unit, and says which are not ours (O(own_label), O(own_units)). They hold GPU memory, on GB10 the
+    memory the GPU shares with the host; they are reported in RV(foreign_processes), not in the diagnosis.
 options:
   image:
     description: Image for the passthrough check (the serving image is a good choice); no passthrough check when unset.
@@ -38,6 +42,18 @@ options:
     description: Seconds the passthrough container may take.
     type: int
     default: 120
+  own_label:
+    description:
+      - Container label (its key) that marks our containers; a GPU process in a container carrying it is ours.
+      - Unset, no container is ours.
+    type: str
+  own_units:
+    description:
+      - systemd units (names without C(.service)) whose processes are ours, instances (C(NAME@...)) included; for
+        processes a unit runs itself, not in a container.
+    type: list
+    elements: str
+    default: []
 extends_documentation_fragment:
   - vllmops.cluster.docker_host
   - vllmops.cluster.info_module
@@ -54,6 +70,17 @@ EXAMPLES = r"""
 - name: Only look
   vllmops.cluster.gpu_probe:
   register: gpus
+
+- name: Look for GPU processes that are not ours (containers labelled io.vllmops.unit, our units)
+  vllmops.cluster.gpu_probe:
+    own_label: io.vllmops.unit
+    own_units: [vllmops-ray-head, vllmops-ray-worker, vllmops-vllm]
+  register: gpus
+
+- name: Name them
+  ansible.builtin.debug:
+    msg: "{{ gpus.foreign_processes | map(attribute='description') | list }}"
+  # ["PID 4242 (python3) in container comfyui (3f2a9c1d7e60) holds 19135 MiB of GPU memory"]
 """
 
 RETURN = r"""
@@ -139,6 +166,62 @@ docker:
     error:
       description: Set when the engine does not answer.
       type: str
+processes:
+  description: The GPU compute processes of the host, none when nvidia-smi does not work there.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pid:
+      description: Process ID on the host.
+      type: int
+    name:
+      description: The process name nvidia-smi gives (often the executable's path).
+      type: str
+    used_memory_mib:
+      description: GPU memory it holds (MiB, summed over its GPUs); null where nvidia-smi gives no figure.
+      type: int
+    visible:
+      description: False when the process is not in C(/proc) (it ended, or runs in another PID namespace).
+      type: bool
+    cgroup:
+      description: Its cgroup path, from C(/proc/PID/cgroup).
+      type: str
+    container_id:
+      description: Full ID of the Docker container it runs in, null outside one.
+      type: str
+    container_name:
+      description: That container's name, as the Docker Engine knows it; null when the engine does not know it.
+      type: str
+    unit:
+      description: The systemd unit (without C(.service)) its cgroup is in, null outside one.
+      type: str
+    ours:
+      description: True in a container labelled O(own_label) or in one of O(own_units).
+      type: bool
+    description:
+      description: PID, name, container or unit and memory in one phrase, for messages.
+      type: str
+  sample:
+    - pid: 4242
+      name: python3
+      used_memory_mib: 19135
+      visible: true
+      cgroup: /system.slice/docker-3f2a9c1d7e60aa55c6f1b0e2d3c4b5a697887766554433221100ffeeddccbbaa.scope
+      container_id: 3f2a9c1d7e60aa55c6f1b0e2d3c4b5a697887766554433221100ffeeddccbbaa
+      container_name: comfyui
+      unit: null
+      ours: false
+      description: PID 4242 (python3) in container comfyui (3f2a9c1d7e60) holds 19135 MiB of GPU memory
+foreign_processes:
+  description: The RV(processes) that are not ours, as there.
+  returned: always
+  type: list
+  elements: dict
+processes_error:
+  description: Why the processes could not be listed (nvidia-smi failed, or printed what is not its CSV); null otherwise.
+  returned: always
+  type: str
 cdi:
   description: CDI spec files as C(path) and the device C(kinds) they declare.
   returned: always
@@ -172,16 +255,19 @@ import os
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DEFAULT_HOST, DockerClient, DockerError
 from ansible_collections.vllmops.cluster.plugins.module_utils.gpu import (
+    COMPUTE_APP_FIELDS,
     CONTAINER_FAILURES,
     GPU_QUERY_FIELDS,
     HOST_FAILURES,
     GpuProbeError,
     cdi_specs,
     classify,
+    classify_processes,
     describe_engine_error,
     device_requests,
     diagnose,
     meminfo_total_mib,
+    parse_compute_apps_csv,
     parse_cuda_version,
     parse_gpu_csv,
     parse_passthrough_csv,
@@ -220,6 +306,42 @@ def host_facts(module) -> dict:
     facts["driver_version"] = facts["gpus"][0]["driver_version"] if facts["gpus"] else None
     rc, out, _err = module.run_command([smi, "-q", "-x"])
     facts["cuda_version"] = parse_cuda_version(out) if rc == 0 else None
+    return facts
+
+
+def _read_cgroup(pid: int) -> str | None:
+    try:
+        with open(f"/proc/{pid}/cgroup", encoding="utf-8") as handle:
+            return handle.read()
+    except OSError:  # gone since nvidia-smi listed it, or not in this PID namespace
+        return None
+
+
+def process_facts(module, docker: DockerClient | None, own_label: str | None, own_units: list[str]) -> dict:
+    """The host's GPU compute processes, each placed in its container or unit and told ours or not."""
+    facts = {"processes": [], "foreign_processes": [], "processes_error": None}
+    smi = module.get_bin_path("nvidia-smi")
+    rc, out, err = module.run_command([smi, "--query-compute-apps=" + ",".join(COMPUTE_APP_FIELDS),
+                                       "--format=csv,noheader,nounits"])
+    if rc != 0:
+        facts["processes_error"] = f"nvidia-smi could not list the GPU processes (rc={rc}): {_tail(out + err, 300)}"
+        return facts
+    try:
+        processes = parse_compute_apps_csv(out)
+    except GpuProbeError as error:
+        facts["processes_error"] = str(error)
+        return facts
+    if not processes:
+        return facts
+    cgroups = {p["pid"]: _read_cgroup(p["pid"]) for p in processes}
+    containers = None
+    if docker is not None:
+        try:
+            containers = docker.containers()
+        except DockerError:  # no engine (a fresh host): containers stay unnamed, none is ours by its label
+            containers = None
+    facts["processes"] = classify_processes(processes, cgroups, containers, own_label, own_units)
+    facts["foreign_processes"] = [p for p in facts["processes"] if not p["ours"]]
     return facts
 
 
@@ -276,6 +398,8 @@ def main():
             passthrough=dict(type="str", default="auto", choices=["auto", "gpus", "cdi"]),
             require_gpus=dict(type="int"),
             timeout=dict(type="int", default=120),
+            own_label=dict(type="str"),
+            own_units=dict(type="list", elements="str", default=[]),
             docker_host=dict(type="str", default=DEFAULT_HOST, fallback=(env_fallback, ["DOCKER_HOST"])),
         ),
         supports_check_mode=True,
@@ -289,6 +413,10 @@ def main():
         docker, engine = None, {"nvidia_runtime": False, "runtimes": [], "error": str(err)}
     facts = {"host": host_facts(module), "toolkit": toolkit_facts(module), "docker": engine,
              "cdi": cdi_specs(), "passthrough": None}
+    if facts["host"]["error"]:  # no working nvidia-smi: no process to list
+        facts.update(processes=[], foreign_processes=[], processes_error=None)
+    else:
+        facts.update(process_facts(module, docker, params["own_label"], params["own_units"]))
     # CDI only where the engine reads CDI specs (Docker 25+ reports CDISpecDirs); older engines take
     # `--device nvidia.com/gpu=all` for a device path and fail.
     has_cdi = bool(facts["docker"].get("cdi_spec_dirs")) and any(

@@ -18,6 +18,9 @@ description:
   - The flags and architectures are derived statically from the image's own vLLM source with Python's C(ast).
   - Optionally validates C(vllm serve) flags and model architectures against the image, with close-match
     suggestions for unknown flags.
+  - Refuses (with O(fail_on_invalid)) an image built for another CPU architecture than the host's, for example
+    arm64 on an amd64 host or amd64 on an arm64 DGX Spark, whose containers would die with C(exec format error);
+    the message names both architectures and what to do. An image that does not say its architecture is not refused.
   - Results are cached on the host by image ID (C(/var/cache/vllmops/image_probe) as root, also in check
     mode); a new image under the same tag has a new ID and is probed afresh.
 options:
@@ -36,7 +39,10 @@ options:
     type: list
     elements: str
   fail_on_invalid:
-    description: Fail, with one paragraph naming each problem, when a flag or architecture is not supported.
+    description:
+      - Fail, with one paragraph naming each problem, when a flag or a model architecture is not supported, and
+        fail when the image is built for another CPU architecture than the host's (also without O(flags)).
+      - C(false) only reports (RV(validation), RV(image.architecture_mismatch)) and warns.
     type: bool
     default: true
   use_cache:
@@ -72,7 +78,7 @@ EXAMPLES = r"""
       max_model_len: 32768
     model_architectures: "{{ (lookup('file', model_dir ~ '/config.json') | from_json).architectures }}"
 
-- name: Only report
+- name: Only report (an image of another CPU architecture too)
   vllmops.cluster.image_probe:
     image: "{{ vllm_image }}"
     flags: [--num-scheduler-steps, "10"]
@@ -127,10 +133,14 @@ image:
       description: Image labels.
       type: dict
     host_architecture:
-      description: The host's CPU architecture, spelled as Docker spells it.
+      description:
+        - The host's CPU architecture (C(ansible_facts.architecture)) as Docker spells it, C(x86_64) as C(amd64),
+          C(aarch64) as C(arm64).
       type: str
     architecture_mismatch:
-      description: True when the image cannot run natively on this host (it would fail with exec format error).
+      description:
+        - True when the image cannot run natively on this host (it would fail with exec format error); the module
+          fails then unless O(fail_on_invalid=false).
       type: bool
 python:
   description: The image's Python, null when it has none.
@@ -253,6 +263,7 @@ import traceback
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DEFAULT_HOST, DockerClient, DockerError
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.probe import ProbeError, probe_image
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.summary import architecture_refusal
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.validation import validate
 from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_cli import CliArgsError
 
@@ -281,9 +292,11 @@ def main():
     except Exception as err:  # an image laid out in a way the probe did not expect
         module.fail_json(msg=f"probing image {params['image']}: unexpected {type(err).__name__}: {err}",
                          exception=traceback.format_exc())
-    if result["image"]["architecture_mismatch"]:
-        module.warn(f"image {params['image']} is built for {result['image']['architecture']}, this host is "
-                    f"{result['image']['host_architecture']}: it would fail with 'exec format error'")
+    refusal = architecture_refusal(params["image"], result["image"])
+    if refusal and params["fail_on_invalid"]:
+        module.fail_json(msg=refusal, image=result["image"])  # the image's facts, not its hundreds of flags
+    if refusal:
+        module.warn(refusal)
     validation = result.get("validation")
     if validation:
         for flag in validation["deprecated_flags"]:

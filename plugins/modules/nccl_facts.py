@@ -16,7 +16,9 @@ description:
     (InfiniBand ports of the same netdev count as they are). Twins of one port without that GID are left out.
   - Returns the recommended environment; C(NCCL_IB_GID_INDEX) only when the image's NCCL is older than 2.21
     (newer NCCL chooses the GID itself) or O(force_gid_index) is set.
-  - Warns about an MTU below 9000 on RoCE and about RDMA ports left out.
+  - Lists the device nodes (C(/dev/infiniband/uverbsN), C(rdma_cm)) a container needs to use those ports.
+  - Warns about an MTU below 9000 on RoCE, about RDMA ports left out, and about chosen devices without a verbs
+    device node.
 options:
   cluster_address:
     description: The node's address on the cluster network. One of O(cluster_address) and O(cluster_cidr) is required.
@@ -83,6 +85,13 @@ rdma_devices:
   elements: dict
 nccl_ib_hca:
   description: The device:port list NCCL should use, empty for sockets.
+  returned: success
+  type: list
+  elements: str
+container_devices:
+  description: The device nodes a container needs to use the ports of RV(nccl_ib_hca) - each RDMA device's verbs
+    device (C(/dev/infiniband/uverbsN)), and C(/dev/infiniband/rdma_cm) - those present on the host; empty for
+    sockets.
   returned: success
   type: list
   elements: str

@@ -13,7 +13,9 @@ description:
     completion succeeds, until O(timeout).
   - Fails fast, without waiting out the deadline, when the systemd O(unit) stopped or systemd is restarting it
     (the process exited), and when its log makes no progress for O(hang_window) seconds before the server
-    answers (a hang, for example NCCL init across nodes that cannot reach each other).
+    answers (a hang, for example NCCL init across nodes that cannot reach each other). Files written under
+    O(progress_paths) count as progress too - a JIT or torch.compile run that logs nothing for minutes while it
+    fills its cache is not a hang.
   - On failure reads the unit's log since O(since) and classifies it (RV(failure_class) lists the classes), with the
     matching log lines as evidence and the fix to try. The cause wins over its consequences (an OOM over the engine
     it killed); otherwise the first fatal error in the log wins.
@@ -54,6 +56,12 @@ options:
     description: Seconds without a new log line (and no answer) after which start-up counts as hung. 0 turns it off.
     type: int
     default: 300
+  progress_paths:
+    description: Directories whose newest file (by modification time, searched recursively) counts as progress
+      like a new log line - the caches a silent compile writes.
+    type: list
+    elements: path
+    default: []
   interval:
     description: Seconds between checks.
     type: int
@@ -133,7 +141,9 @@ log_tail:
   elements: str
 """
 
+import contextlib
 import json
+import os
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -145,6 +155,17 @@ def unit_state(module, unit):
     rc, out, _err = module.run_command(["systemctl", "show", unit, "--property=ActiveState,SubState,NRestarts"])
     props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line) if rc == 0 else {}
     return props
+
+
+def newest_write(paths) -> float:
+    """The newest modification time of any file or directory under paths (0 when none exists)."""
+    newest = 0.0
+    for top in paths:
+        for root, dirs, files in os.walk(top):
+            for name in [*dirs, *files, ""]:
+                with contextlib.suppress(OSError):  # gone while walking
+                    newest = max(newest, os.lstat(os.path.join(root, name)).st_mtime)
+    return newest
 
 
 def journal(module, unit, since):
@@ -181,6 +202,7 @@ def main():
             since=dict(type="float"),
             timeout=dict(type="int", default=900),
             hang_window=dict(type="int", default=300),
+            progress_paths=dict(type="list", elements="path", default=[]),
             interval=dict(type="int", default=2),
             log_file=dict(type="path"),
         ),
@@ -202,6 +224,7 @@ def main():
     since = params["since"] or (time.time() - 2)
     restarts = first.get("NRestarts")
     last_lines, last_change = 0, time.monotonic()
+    last_write = newest_write(params["progress_paths"])
     why = "no answer yet"
     while True:
         ready, why = answers(module, params)
@@ -215,6 +238,9 @@ def main():
                   or state.get("NRestarts") != restarts)
         if len(lines) != last_lines:
             last_lines, last_change = len(lines), time.monotonic()
+        written = newest_write(params["progress_paths"])
+        if written > last_write:
+            last_write, last_change = written, time.monotonic()
         hung = params["hang_window"] and time.monotonic() - last_change >= params["hang_window"]
         if exited or hung or waited >= params["timeout"]:
             failure_class, evidence, hint = classify(lines, exited=exited)

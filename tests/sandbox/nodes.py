@@ -43,6 +43,8 @@ NODE_RUN_FLAGS = [
     "--cap-add", "ALL", "--cap-drop", "SYS_RESOURCE",
     "--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined",
     "--cgroupns=private",
+    # A node may be given RDMA verbs devices (mknod /dev/infiniband/uverbsN, major 231) and pass them on.
+    "--device-cgroup-rule", "c 231:* rmw",
     "--tmpfs", "/run", "--tmpfs", "/run/lock", "--tmpfs", "/tmp",
 ]
 

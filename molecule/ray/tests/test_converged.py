@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 
+from ansible_collections.vllmops.cluster.plugins.filter.container_memory import container_memory
 from conftest import HEAD, RAY_UNITS, WORKER
 
 
@@ -61,3 +62,50 @@ def test_vllm_runs_tp2_with_the_api_key_in_a_0600_file_only(cluster):
     assert args[args.index("--tensor-parallel-size") + 1] == "2", args
     assert cluster.vars["vllm_serve_api_key"] not in json.dumps(args)
     assert cluster.on(HEAD, "stat", "--format", "%a", "/etc/vllmops/vllm.env") == "600"
+
+
+def _container(cluster, node: str, name: str) -> dict:
+    return json.loads(cluster.on(node, "docker", "inspect", name))[0]
+
+
+def test_the_rdma_node_s_serving_containers_get_its_verbs_device_and_ipc_lock_and_the_other_none(cluster):
+    # node2 has an InfiniBand port (prepare.yml); node1 none: NCCL uses sockets there.
+    unit = cluster.on(WORKER, "cat", "/etc/systemd/system/vllmops-ray-worker.service")
+    assert "--device /dev/infiniband/uverbs0" in unit and "--cap-add IPC_LOCK" in unit, unit
+    worker = _container(cluster, WORKER, "vllmops-ray-worker")
+    assert [device["PathOnHost"] for device in worker["HostConfig"]["Devices"] or []] == ["/dev/infiniband/uverbs0"]
+    assert "IPC_LOCK" in (worker["HostConfig"]["CapAdd"] or []) and not worker["HostConfig"]["Privileged"]
+    assert "NCCL_IB_HCA==mlx5_0:1" in worker["Config"]["Env"] and "NCCL_IB_DISABLE=0" in worker["Config"]["Env"]
+    cluster.on(WORKER, "docker", "exec", "vllmops-ray-worker", "test", "-c", "/dev/infiniband/uverbs0")
+    for name in ("vllmops-ray-head", "vllmops-vllm"):
+        unit = cluster.on(HEAD, "cat", f"/etc/systemd/system/{name}.service")
+        assert "--device" not in unit and "IPC_LOCK" not in unit, unit
+        found = _container(cluster, HEAD, name)
+        assert not found["HostConfig"]["Devices"] and "IPC_LOCK" not in (found["HostConfig"]["CapAdd"] or [])
+        assert "NCCL_IB_DISABLE=1" in found["Config"]["Env"]
+
+
+def test_each_node_keeps_its_own_interface_and_address_in_vllm_s_ray_workers(cluster):
+    """vLLM's Ray executor copies the head's NCCL_*/VLLM_* values to its workers unless they are listed in
+    ray_non_carry_over_env_vars.json: node2's cluster port is clu0, node1's is not."""
+    seen = {}
+    for line in cluster.on(HEAD, "journalctl", "--unit", "vllmops-vllm", "--output", "cat", "--grep",
+                           "RayWorkerWrapper ip=").splitlines():
+        address, env = re.search(r"ip=([\d.]+)\) environment: (\{.*\})", line).groups()
+        seen[address] = json.loads(env)  # the last start's wins
+    for node in RAY_UNITS:
+        mine = dict(line.split("=", 1) for line in cluster.on(node, "cat", "/etc/vllmops/cluster.env").splitlines()
+                    if "=" in line and not line.startswith("#"))
+        assert seen[mine["VLLM_HOST_IP"]] == {name: mine.get(name) for name in seen[mine["VLLM_HOST_IP"]]}, node
+    assert seen[cluster.cluster_ip(WORKER)]["NCCL_SOCKET_IFNAME"] == "=clu0"
+    assert seen[cluster.cluster_ip(HEAD)]["NCCL_SOCKET_IFNAME"] != "=clu0"
+
+
+def test_ray_and_vllm_containers_have_the_memory_limit_derived_from_their_node(cluster):
+    """host_memory's limit (the node's MemTotal less the reserve for the OS, the defaults here), swap included, on
+    every container of ours that serves: Ray's on each node, vLLM's on the head."""
+    for node, ray_unit in RAY_UNITS.items():
+        limit = container_memory(cluster.on(node, "cat", "/proc/meminfo")) * 1024 * 1024
+        for container in [ray_unit] + (["vllmops-vllm"] if node == HEAD else []):
+            host = _container(cluster, node, container)["HostConfig"]
+            assert (host["Memory"], host["MemorySwap"]) == (limit, limit), (node, container, limit)

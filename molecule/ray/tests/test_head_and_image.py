@@ -4,9 +4,12 @@ more flag, whose server hangs at start, rolled back to the previous image and
 configuration automatically (Ray's units too); an upgrade that passes, then
 playbooks/rollback.yml back to the previous image by its ID, even where its
 name no longer points at it (its units then equal what the inventory
-describes)."""
+describes). The passing upgrade also sets an NCCL variable: every Ray and
+vLLM container runs with it, and without it again once rolled back."""
 
 from __future__ import annotations
+
+import json
 
 from conftest import HEAD, WORKER
 
@@ -26,6 +29,17 @@ def variant(cluster, tag: str, *lines: str) -> str:
     dockerfile = "\n".join([f"FROM {cluster.vars['vllmops_image']}", *lines]) + "\n"
     cluster.on(HEAD, "sh", "-c", f'printf "%s" "$1" | DOCKER_BUILDKIT=0 docker build --quiet --tag {tag} -', "sh", dockerfile)
     return cluster.on(HEAD, "docker", "image", "inspect", "--format", "{{.Id}}", tag)
+
+
+def serving_env(cluster, name: str) -> dict:
+    """Node -> Ray's and vLLM's containers -> the value of the variable name in each (None when unset)."""
+    found = {}
+    for node, containers in serving_images(cluster).items():
+        env = {container: cluster.on(node, "docker", "inspect", "--format", "{{json .Config.Env}}", container)
+               for container in containers}
+        found[node] = {container: next((item.split("=", 1)[1] for item in json.loads(text)
+                                        if item.startswith(name + "=")), None) for container, text in env.items()}
+    return found
 
 
 def kept(cluster, node: str, which: str) -> str:
@@ -55,9 +69,12 @@ def test_a_passing_upgrade_then_rollback_yml_serves_the_previous_image_by_its_id
     base = cluster.image_id(HEAD)
     new = variant(cluster, "vllmops-sandbox/vllm-openai:v0.33.1", "LABEL io.vllmops.test=upgrade")
 
-    up = cluster.deploy(*TAGS, extra={"vllmops_image": "vllmops-sandbox/vllm-openai:v0.33.1"})
+    up = cluster.deploy("--tags", "nccl," + TAGS[1], extra={"vllmops_image": "vllmops-sandbox/vllm-openai:v0.33.1",
+                                                           "nccl_env": {"NCCL_MIN_NCHANNELS": "4"}})
     assert up.rc == 0, up
     assert {image for found in serving_images(cluster).values() for image in found.values()} == {new}
+    tuned = serving_env(cluster, "NCCL_MIN_NCHANNELS")
+    assert {value for found in tuned.values() for value in found.values()} == {"4"}, tuned
     assert (kept(cluster, WORKER, "last-good"), kept(cluster, WORKER, "previous")) == (new, base)
 
     # The old name no longer points at the old content on node2: the units name it by ID, the kept tag holds it.
@@ -66,6 +83,9 @@ def test_a_passing_upgrade_then_rollback_yml_serves_the_previous_image_by_its_id
         back = cluster.playbook("playbooks/rollback.yml")
         assert back.rc == 0, back
         assert {image for found in serving_images(cluster).values() for image in found.values()} == {base}
+        untuned = serving_env(cluster, "NCCL_MIN_NCHANNELS")
+        assert {value for found in untuned.values() for value in found.values()} == {None}, untuned
+        assert "NCCL_MIN_NCHANNELS" not in cluster.on(WORKER, "cat", "/etc/vllmops/cluster.env")
         assert cluster.complete("gone back", 3)["usage"]["completion_tokens"] == 3
         assert (kept(cluster, WORKER, "last-good"), kept(cluster, WORKER, "previous")) == (base, new)
     finally:

@@ -8,14 +8,42 @@ import platform
 import posixpath
 import re
 
-ARCH_ALIASES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64",
-                "ppc64le": "ppc64le", "s390x": "s390x"}
+# The kernel's names (uname -m, ansible_facts.architecture) to Docker's (GOARCH, an image config's "architecture").
+ARCH_ALIASES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "armv7l": "arm",
+                "armv6l": "arm", "arm": "arm", "i386": "386", "i686": "386", "386": "386",
+                "ppc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64"}
 _ENV_PREFIXES = ("CUDA", "NVIDIA_", "NCCL", "VLLM_", "PYTHON", "TORCH", "VIRTUAL_ENV", "LD_LIBRARY")
 
 
+def docker_architecture(name: str) -> str:
+    """A CPU architecture as Docker spells it: x86_64 -> amd64, aarch64 -> arm64."""
+    name = (name or "").lower()
+    return ARCH_ALIASES.get(name, name)
+
+
 def host_architecture() -> str:
-    machine = platform.machine().lower()
-    return ARCH_ALIASES.get(machine, machine)
+    """This host's CPU architecture (what ansible_facts.architecture says), as Docker spells it."""
+    return docker_architecture(platform.machine())
+
+
+def architecture_refusal(image: str, summary: dict, machine: str | None = None) -> str | None:
+    """Why `image` cannot run on this host and what to do, or None when it can (or does not say its architecture).
+
+    `summary` is summarize_image's answer; `machine` the host's own name for its architecture (uname -m), shown
+    beside Docker's so that it reads like ansible_facts.architecture."""
+    if not summary.get("architecture_mismatch"):
+        return None
+    host = summary["host_architecture"]
+    machine = machine or platform.machine()
+    variant = f" (variant {summary['variant']})" if summary.get("variant") else ""
+    kernel_name = f" ({machine})" if machine and machine != host else ""
+    return (f"image {image} ({(summary.get('id') or '?')[:19]}) is built for the CPU architecture "
+            f"{summary['architecture']}{variant}, but this host is {host}{kernel_name}: "
+            "its Ray and vLLM containers would die with "
+            f"'exec format error'. Nothing was started. Give every node the image built for linux/{host}: pull that "
+            f"platform (docker pull --platform linux/{host} ...), build it for that platform (docker buildx build "
+            f"--platform linux/{host} ...), or use a multi-arch image (a manifest list that includes linux/{host}); "
+            "then re-run.")
 
 
 def env_map(env_list: list | None) -> dict:
@@ -27,7 +55,7 @@ def env_map(env_list: list | None) -> dict:
 def summarize_image(inspect: dict, host_arch: str | None = None) -> dict:
     config = inspect.get("Config") or {}
     env = env_map(config.get("Env"))
-    host_arch = host_arch or host_architecture()
+    host_arch = docker_architecture(host_arch) if host_arch else host_architecture()
     arch = inspect.get("Architecture") or ""
     return {
         "id": inspect.get("Id"),
@@ -43,7 +71,7 @@ def summarize_image(inspect: dict, host_arch: str | None = None) -> dict:
         "env": {k: v for k, v in env.items() if k.startswith(_ENV_PREFIXES) or k == "PATH"},
         "labels": config.get("Labels") or {},
         "host_architecture": host_arch,
-        "architecture_mismatch": bool(arch) and ARCH_ALIASES.get(arch, arch) != host_arch,
+        "architecture_mismatch": bool(arch) and docker_architecture(arch) != host_arch,
     }
 
 

@@ -147,6 +147,34 @@ def ray_cluster_gpus(world: int, deadline_s: float) -> tuple[float, list[dict]]:
         time.sleep(1)
 
 
+# What a node's cluster.env pins per node: its address, interfaces and HCAs.
+PER_NODE_VARS = ("VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "UCX_NET_DEVICES", "NCCL_IB_HCA")
+
+
+def place_workers(nodes: list[dict]) -> None:
+    """vLLM's Ray executor starting its workers, one per node: each gets the driver's variables that the image's
+    real vLLM chooses to copy (vllm.ray.ray_env.get_env_vars_to_copy, which leaves out the names listed in
+    $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json) in its Ray runtime_env, as vLLM 0.33 starts them. Each
+    worker's view of the per-node variables is logged."""
+    import ray
+    try:
+        from vllm.ray.ray_env import get_env_vars_to_copy
+    except ImportError:  # a vLLM before the file existed copies nothing the stand-in can show
+        return
+    copied = {name: os.environ[name] for name in get_env_vars_to_copy(destination="RayWorkerWrapper")
+              if name in os.environ}
+
+    @ray.remote(num_cpus=0)
+    def seen() -> dict:
+        return {name: os.environ.get(name) for name in PER_NODE_VARS}
+
+    for node in nodes:
+        address = node["NodeManagerAddress"]
+        task = seen.options(resources={f"node:{address}": 0.001}, runtime_env={"env_vars": copied})
+        log("INFO", "ray_executor_v2.py:352", f"(RayWorkerWrapper ip={address}) environment: "
+            f"{json.dumps(ray.get(task.remote(), timeout=60), sort_keys=True)}")
+
+
 def check_model(model: str, architectures: set[str]) -> list[str] | None:
     """Error lines when a local model directory is missing or its architecture unknown."""
     if not model.startswith("/"):
@@ -200,6 +228,7 @@ def startup(served: dict, recorded: dict) -> int | None:
                   "Add suitable node types to this cluster to resolve this issue.", flush=True)
             return fail([f"ValueError: The number of required GPUs exceeds the total number of available GPUs in "
                          f"the placement group. Required: {world}, available: {have:g}"])
+        place_workers(nodes)
     elif world > gpus:
         return fail([f"ValueError: World size ({world}) is larger than the number of available GPUs ({gpus}) "
                      "in this node. Use --distributed-executor-backend ray for multi-node serving."])

@@ -28,3 +28,11 @@ def test_the_tags_that_make_a_run_partial_are_deploy_ymls_play_tags():
     defaults = yaml.safe_load((Path(__file__).resolve().parents[3] / "roles/vllmops/defaults/main.yml").read_text())
     play_tags = {tag for play in PLAYS for tag in play.get("tags", [])} - {"always"}
     assert set(defaults["vllmops_deploy_tags"]) == play_tags
+
+
+def test_a_node_failing_before_the_service_restarts_stops_the_run_everywhere():
+    """Without it, a node failing in docker, the toolkit, nccl or the image drops out of the run while the
+    others go on changing; the run must stop on every node before Ray or vLLM restarts, naming the node."""
+    serving = next(i for i, play in enumerate(PLAYS) if play.get("tags") == ["vllm_serve"])
+    for play in PLAYS[2:serving + 1]:
+        assert play.get("any_errors_fatal") is True, play["name"]

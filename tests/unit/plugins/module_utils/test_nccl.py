@@ -31,9 +31,11 @@ def netdev(sysfs, name, pci, mtu=1500, speed=10000):
         os.symlink(f"../../../devices/{pci}", f"{sysfs}/class/net/{name}/device")
 
 
-def rdma(sysfs, dev, pci, gids, link_layer="Ethernet", state="4: ACTIVE", ndev=None):
-    """An RDMA device on a PCI function; gids: [(gid, type)] by index."""
+def rdma(sysfs, dev, pci, gids, link_layer="Ethernet", state="4: ACTIVE", ndev=None, uverbs=None):
+    """An RDMA device on a PCI function; gids: [(gid, type)] by index; uverbs: its verbs device's number."""
     os.makedirs(f"{sysfs}/devices/{pci}/infiniband/{dev}", exist_ok=True)
+    if uverbs is not None:
+        write(f"{sysfs}/class/infiniband/{dev}/device/infiniband_verbs/uverbs{uverbs}/ibdev", dev)
     base = f"{sysfs}/class/infiniband/{dev}/ports/1"
     write(f"{base}/state", state)
     write(f"{base}/link_layer", link_layer)
@@ -114,12 +116,17 @@ def test_infiniband_host(tmp_path):
     netdev(sysfs, "ibp12s0", "0000:0c:00.0", mtu=2044, speed=400000)
     for i, pci in enumerate(("0000:0c:00.0", "0000:4d:00.0")):
         rdma(sysfs, f"mlx5_{i}", pci, [("fe80:0000:0000:0000:0c42:a103:0062:9a3c", "IB/RoCE v1")],
-             link_layer="InfiniBand")
+             link_layer="InfiniBand", uverbs=i)
     # mlx5_1 is a second rail whose IPoIB interface is down: still ACTIVE on the fabric, but not this netdev's.
     data = ip_json(("enp0s1", [("192.168.0.10", 24)]), ("ibp12s0", [("172.16.0.10", 16)]))
-    facts = nccl_facts(data, sysfs, address="172.16.0.10")
+    devfs = tmp_path / "dev"
+    for node in ("uverbs0", "uverbs1", "rdma_cm"):
+        write(f"{devfs}/infiniband/{node}", "")
+    facts = nccl_facts(data, sysfs, address="172.16.0.10", devfs=str(devfs))
     assert facts["transport"] == "ib"
     assert facts["nccl_ib_hca"] == ["mlx5_0:1"]
+    # the chosen device's verbs node and the RDMA connection manager; not the other rail's
+    assert facts["container_devices"] == [f"{devfs}/infiniband/uverbs0", f"{devfs}/infiniband/rdma_cm"]
     assert "NCCL_IB_GID_INDEX" not in facts["recommended_env"]
     assert facts["warnings"] == []  # an IB MTU of 2044 is normal
 
@@ -141,3 +148,23 @@ def test_down_port_is_not_used(tmp_path):
     facts = nccl_facts(ip_json(("eth1", [("10.1.0.5", 24)])), sysfs, address="10.1.0.5")
     assert facts["transport"] == "socket"
     assert facts["recommended_env"]["NCCL_IB_DISABLE"] == "1"
+
+
+def test_rdma_port_without_a_verbs_device_node_gives_the_containers_none_and_says_so(tmp_path):
+    sysfs, devfs = str(tmp_path / "sys"), str(tmp_path / "dev")
+    data = dgx_spark(sysfs, "10.10.10.1")
+    write(f"{sysfs}/class/infiniband/rocep1s0f1/device/infiniband_verbs/uverbs1/ibdev", "rocep1s0f1")
+    facts = nccl_facts(data, sysfs, address="10.10.10.1", devfs=devfs)
+    assert facts["nccl_ib_hca"] == ["rocep1s0f1:1"] and facts["container_devices"] == []
+    assert any("rocep1s0f1 have no verbs device" in w for w in facts["warnings"])
+    write(f"{devfs}/infiniband/uverbs1", "")
+    facts = nccl_facts(data, sysfs, address="10.10.10.1", devfs=devfs)
+    assert facts["container_devices"] == [f"{devfs}/infiniband/uverbs1"]  # no rdma_cm on this host
+    assert not any("verbs device" in w for w in facts["warnings"])
+
+
+def test_a_host_on_sockets_needs_no_device(tmp_path):
+    sysfs = str(tmp_path)
+    netdev(sysfs, "eno1", "0000:c1:00.0")
+    facts = nccl_facts(ip_json(("eno1", [("10.0.5.20", 16)])), sysfs, cidr="10.0.0.0/16", devfs=str(tmp_path))
+    assert facts["container_devices"] == []

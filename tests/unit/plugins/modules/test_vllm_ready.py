@@ -8,11 +8,12 @@ import datetime
 import http.server
 import ipaddress
 import json
+import os
 import ssl
 import threading
 
 import pytest
-from ansible_collections.vllmops.cluster.plugins.modules.vllm_ready import answers
+from ansible_collections.vllmops.cluster.plugins.modules.vllm_ready import answers, newest_write
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -117,3 +118,23 @@ def test_a_wrong_key_is_not_ready(proxy, pki):
     url, _seen = proxy
     ready, why = answers(None, params(url, ca_path=str(pki / "ca.crt"), api_key="wrong-key-0123456789"))
     assert not ready and "401" in why
+
+
+def test_a_file_written_under_the_caches_is_progress(tmp_path):
+    """A compile that logs nothing but fills its cache is not a hang (vllm_ready's progress_paths)."""
+    def settle(*files):
+        for path, when in files:
+            os.utime(path, (when, when))
+        for folder in (tmp_path / "inductor" / "fx", tmp_path / "inductor", tmp_path):
+            os.utime(folder, (900, 900))
+
+    assert newest_write([str(tmp_path / "missing")]) == 0.0
+    (tmp_path / "inductor" / "fx").mkdir(parents=True)
+    kernel = tmp_path / "inductor" / "fx" / "k.py"
+    kernel.write_text("compiled")
+    settle((kernel, 1000))
+    assert newest_write([str(tmp_path)]) == 1000
+    later = tmp_path / "inductor" / "fx" / "k2.py"
+    later.write_text("more")
+    settle((later, 2000))
+    assert newest_write([str(tmp_path)]) == 2000
