@@ -55,6 +55,10 @@ def test_a_daemon_json_change_restarts_docker_once_and_our_units_once_in_order(c
             for unit in units:
                 assert first(events[node], "Stopped", unit) < first(events[node], "Stopping", "docker"), (node, unit)
                 assert first(events[node], "Started", unit) > first(events[node], "Started", "docker"), (node, unit)
+        starts = {node: sum(kind == "Started" for _, kind, _ in found) for node, found in events.items()}
+        print(f"Docker restarted once per node; unit starts (Docker included): {starts}; vLLM down "
+              f"{first(events[HEAD], 'Started', 'vllmops-vllm') - first(events[HEAD], 'Stopping', 'vllmops-vllm'):.0f} s"
+              " until its unit started again")
         # Stopped in order across the nodes (vLLM, the worker, the head), started the other way round.
         at = {unit: (first(events[node], "Stopping", unit), first(events[node], "Started", unit))
               for node, units in OURS.items() for unit in units}
