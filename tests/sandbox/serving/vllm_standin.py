@@ -156,7 +156,16 @@ def place_workers(nodes: list[dict]) -> None:
     real vLLM chooses to copy (vllm.ray.ray_env.get_env_vars_to_copy, which leaves out the names listed in
     $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json) in its Ray runtime_env, as vLLM 0.33 starts them. Each
     worker's view of the per-node variables is logged."""
+    import importlib.util
+    import types
+
     import ray
+    # vllm/__init__.py imports torch, which this image lacks: the package is entered without it (ray_env needs only
+    # vllm.envs and vllm.logger, both plain Python).
+    if "vllm" not in sys.modules:
+        package = types.ModuleType("vllm")
+        package.__path__ = list(importlib.util.find_spec("vllm").submodule_search_locations)
+        sys.modules["vllm"] = package
     try:
         from vllm.ray.ray_env import get_env_vars_to_copy
     except ImportError:  # a vLLM before the file existed copies nothing the stand-in can show
