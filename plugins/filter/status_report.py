@@ -12,8 +12,9 @@ description:
     served model and the backend, and a verdict.
   - The verdict is C(DEGRADED) when a node did not answer, a node is not in Ray or Ray counts another number of
     alive nodes (Ray backend), a machine the inventory does not name is in the cluster (an alive Ray node, or
-    connected to a node's cluster ports, O(peers)), a node that runs vLLM has its unit down, or the head's API does
-    not list its models;
+    connected to a node's cluster ports, O(peers)), a node that runs vLLM has its unit down, the nodes hold
+    different images (by content ID: the C(IMAGE) column shows it, which the same image has on Docker's classic and
+    containerd image stores), or the head's API does not list its models;
     also when the head watchdog has a record but its timer does not run, vLLM refuses its check (a key or model name
     it does not know), or it reached its restart limit while vLLM still fails.
   - With O(health), lines on the head watchdog - its timer, the last check, the last event (when, what it saw, what
@@ -24,7 +25,9 @@ options:
     description:
       - Host name to what the host reported; null, or left out while O(hosts) names it, for a host that did not
         answer. Each is a mapping with C(address) (the cluster address, C(VLLM_HOST_IP) of cluster.env), C(gpus) (list of GPU names),
-        C(image_id), C(vllm_version) and C(units), the state C(systemctl is-active) gives for each of
+        C(image_id) (the image's ID on that node), optionally C(image_content_id) (its content ID, the same on
+        Docker's classic and containerd image stores), C(vllm_version) and C(units), the state
+        C(systemctl is-active) gives for each of
         C(ray_head), C(ray_worker) and C(vllm) (the units of the Ray head, a Ray worker and vLLM); optionally
         C(model), the model role's manifest on the node - C(digest) (empty without one) and C(stale) (files
         changed since it).
@@ -121,9 +124,21 @@ def _gpus(names: list[str]) -> str:
 
 
 def _image(node: dict) -> str:
-    image_id = node.get("image_id") or ""
+    """The image's content ID where the node says it (the same image has different image IDs on Docker's classic
+    and containerd image stores), else its image ID."""
+    image_id = node.get("image_content_id") or node.get("image_id") or ""
     short = image_id.split(":", 1)[-1][:12] if image_id else "absent"
     return f"{short} {node.get('vllm_version') or '-'}"
+
+
+def _image_problems(nodes: dict) -> list[str]:
+    """The image must be the same on every node that has one, by content ID."""
+    held = {host: node["image_content_id"] for host, node in nodes.items()
+            if node is not None and node.get("image_content_id")}
+    if len(set(held.values())) <= 1:
+        return []
+    return ["the image differs between the nodes (by content ID): "
+            + ", ".join(f"{host} {content[:19]}" for host, content in held.items())]
 
 
 class _Cluster:
@@ -234,6 +249,7 @@ def _problems(nodes: dict, rows: list[tuple], cluster: _Cluster, extras: list[di
                if node is not None and cluster.runs_vllm(host) and (node.get("units") or {}).get("vllm") != "active"]
     if stopped:
         problems.append(f"vLLM {'not' if cluster.on_ray else 'rank not'} running on: {', '.join(stopped)}")
+    problems += _image_problems(nodes)
     problems += _model_problems(nodes)
     if nodes.get(cluster.head) is not None and cluster.head not in stopped and not cluster.answers:
         problems.append(f"vLLM on {cluster.head} does not answer /v1/models (HTTP {cluster.api.get('status', '-')})")
@@ -320,6 +336,7 @@ def _node_document(host: str, node: dict | None, row: tuple, cluster: _Cluster) 
         "address": (node or {}).get("address") or None,
         "gpus": list((node or {}).get("gpus") or []),
         "image_id": (node or {}).get("image_id") or None,
+        "image_content_id": (node or {}).get("image_content_id") or None,
         "vllm_version": (node or {}).get("vllm_version") or None,
         "units": {name: str(state) for name, state in ((node or {}).get("units") or {}).items()},
         "in_ray": None if node is None or not cluster.on_ray else row[6] == "yes",

@@ -9,7 +9,8 @@ Two ways in, the fastest that works:
   (``docker image inspect`` → GraphDriver), merged the way overlayfs merges
   them (whiteouts, opaque directories, symlinks resolved inside the image).
   Cost follows the files read, not the image size. Needs read access to
-  Docker's data root (root).
+  Docker's data root (root) and the classic overlay2 store: the containerd
+  image store names no directories (GraphDriver "overlayfs", Data null).
 * ``CreatedContainer``: a created, never started container and the engine's
   archive of each path (what ``docker cp CONTAINER:PATH -`` reads); works
   with any storage driver, costs one engine request per path.
@@ -27,6 +28,8 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import 
 
 _MAX_SYMLINKS = 40
 _OPAQUE_XATTRS = ("trusted.overlay.opaque", "user.overlay.opaque")
+# GraphDriver.Name with Docker's containerd image store: its snapshotter's name.
+_CONTAINERD_SNAPSHOTTERS = ("overlayfs", "native", "btrfs", "zfs", "fuse-overlayfs", "stargz")
 
 
 class ImageFilesError(Exception):
@@ -84,8 +87,13 @@ class OverlayLayers(_ImageFiles):
 
     @classmethod
     def from_graph_driver(cls, graph_driver: dict) -> OverlayLayers:
-        if (graph_driver or {}).get("Name") != "overlay2":
-            raise ImageFilesError(f"storage driver is {(graph_driver or {}).get('Name')!r}, not overlay2")
+        """The image's layers from `docker image inspect`'s GraphDriver. Only the classic overlay2 store has layer
+        directories of its own: Docker's containerd image store answers {"Name": "overlayfs", "Data": null}
+        (Docker 26.1 with containerd-snapshotter), and its snapshots are containerd's, not the image's."""
+        name = (graph_driver or {}).get("Name")
+        if name != "overlay2":
+            store = " (the containerd image store)" if name in _CONTAINERD_SNAPSHOTTERS else ""
+            raise ImageFilesError(f"storage driver is {name!r}{store}, not overlay2")
         data = graph_driver.get("Data") or {}
         layers = [data["UpperDir"]] if data.get("UpperDir") else []
         layers += [d for d in (data.get("LowerDir") or "").split(":") if d]

@@ -41,9 +41,11 @@ import threading
 import time
 import urllib.error
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import NamedTuple
 
 from ansible.module_utils.urls import open_url
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerError
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_identity import config_content_id, content_id
 from ansible_collections.vllmops.cluster.plugins.module_utils.json_file import write_json
 
 CHUNK = 1 << 20
@@ -61,29 +63,42 @@ class UpstreamError(TransferError):
     """The stream this node reads broke or carried an upstream hop's error."""
 
 
+class FoundImage(NamedTuple):
+    """An image at a source or on a node: its Docker ID there, its content ID (image_identity: the same on every
+    image store), tags and size in bytes."""
+
+    image_id: str
+    content_id: str | None
+    repo_tags: list
+    size: int
+
+
 def archive_image(path):
-    """(image ID, repo tags, size in bytes) of a `docker save` archive, from its manifest."""
+    """The FoundImage of a `docker save` archive, from its manifest and the config it names (the classic
+    store's `<digest>.json` or, from the containerd store, an OCI layout's `blobs/sha256/<digest>`)."""
     try:
         with tarfile.open(path, mode="r:") as tar:
             manifest = json.load(tar.extractfile("manifest.json"))
+            if len(manifest) != 1:
+                raise TransferError(f"{path} holds {len(manifest)} images; the image role copies archives of exactly one")
+            config_name = manifest[0]["Config"]
+            config = json.load(tar.extractfile(config_name))
     except (OSError, KeyError, tarfile.TarError, ValueError) as err:
         raise TransferError(f"{path} is not a `docker save` archive ({err})") from err
-    if len(manifest) != 1:
-        raise TransferError(f"{path} holds {len(manifest)} images; the image role copies archives of exactly one")
-    config = manifest[0]["Config"]
-    digest = config.split("/")[-1].split(".")[0]
-    return "sha256:" + digest, manifest[0].get("RepoTags") or [], os.path.getsize(path)
+    digest = config_name.split("/")[-1].split(".")[0]
+    return FoundImage("sha256:" + digest, config_content_id(config), manifest[0].get("RepoTags") or [],
+                      os.path.getsize(path))
 
 
 def local_image(docker, image):
-    """(image ID, repo tags, size) of an image on the engine of `docker` (a DockerClient), None when it is absent."""
+    """The FoundImage of an image on the engine of `docker` (a DockerClient), None when it is absent."""
     try:
         info = docker.image_inspect(image)
     except DockerError as err:
         raise TransferError(f"inspecting {image} on this host's Docker Engine failed: {err}") from err
     if info is None:
         return None
-    return info["Id"], info.get("RepoTags") or [], info.get("Size", 0)
+    return FoundImage(info["Id"], content_id(info), info.get("RepoTags") or [], info.get("Size", 0))
 
 
 def receiver_argument_spec(port, deadline, progress_file, upstream):

@@ -29,6 +29,13 @@ import ipaddress
 import os
 
 GID_AUTO_NCCL = (2, 21)
+# What the environment below pins on each node: its address, interfaces, RDMA devices and GID. An image that
+# bakes one of these (ENV NCCL_SOCKET_IFNAME=eth0) names an interface of the machine it was built on: the
+# serving containers never keep the image's value (image_env_overrides).
+NETWORK_ENV = ("VLLM_HOST_IP", "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES",
+               "NCCL_IB_DISABLE", "NCCL_IB_HCA", "NCCL_IB_GID_INDEX")
+# Image ENV that names the package's version, not a setting NCCL reads (nvidia/cuda images: NCCL_VERSION=2.25.1-1).
+_NOT_SETTINGS = ("NCCL_VERSION",)
 
 
 class NcclFactsError(Exception):
@@ -221,3 +228,32 @@ def nccl_facts(ip_addr: list[dict], sysfs: str, address: str | None = None, cidr
         "recommended_env": env,
         "warnings": warnings,
     }
+
+
+def network_settings(image_env: dict) -> dict:
+    """The image ENV that tunes or pins the cluster network (NCCL_*, GLOO_*, UCX_*, TP_SOCKET_IFNAME, VLLM_HOST_IP):
+    what the nccl role's cluster.env competes with."""
+    return {name: value for name, value in sorted((image_env or {}).items())
+            if name not in _NOT_SETTINGS
+            and (name.startswith(("NCCL_", "GLOO_", "UCX_")) or name in NETWORK_ENV)}
+
+
+def image_env_overrides(image_env: dict, cluster_env: dict, node: str, image: str) -> dict:
+    """What the serving containers of `node` must not take from the image's ENV: for each NETWORK_ENV variable
+    the image sets, the node's cluster.env value replaces it (docker run --env-file) or, where cluster.env does
+    not set it, the variable is removed (docker run --env NAME, with NAME unset in the docker client's own
+    environment, deletes the image's value). Returns {"replaced": {name: node value}, "removed": [names],
+    "warnings": [one sentence per variable]}."""
+    replaced, removed, warnings = {}, [], []
+    for name in NETWORK_ENV:
+        if name not in (image_env or {}):
+            continue
+        baked = f"image {image} sets {name}={image_env[name]}"
+        if name in (cluster_env or {}):
+            replaced[name] = cluster_env[name]
+            warnings.append(f"{baked}; on {node} the cluster's setting {name}={cluster_env[name]} is used instead")
+        else:
+            removed.append(name)
+            warnings.append(f"{baked}; on {node} the cluster's settings leave {name} unset, so the serving "
+                            "containers get it removed (the library's own default applies)")
+    return {"replaced": replaced, "removed": removed, "warnings": warnings}

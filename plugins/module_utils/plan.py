@@ -14,6 +14,8 @@ from __future__ import annotations
 import posixpath
 import re
 
+from ansible_collections.vllmops.cluster.plugins.module_utils.nccl import image_env_overrides
+
 BACKENDS = ("auto", "ray", "mp")
 MODE_LABELS = {"ray": "ray", "mp-multinode": "mp multi-node", "mp-single": "mp single-node"}
 # Defaults; the plan role passes the vllmops role's settings.
@@ -178,12 +180,26 @@ def _check_model(model_path, model_dir):
                         f"the containers see: move the model under {model_dir} or set vllm_serve_model_dir")
 
 
+def _check_same_image(nodes, image):
+    """Every node that says which image it holds holds the planned one, by content ID (image IDs differ between
+    Docker's classic and containerd image stores for the same image)."""
+    wanted = image.get("content_id")
+    if not wanted:
+        return
+    other = [node for node in nodes if node.get("image_content_id") and node["image_content_id"] != wanted]
+    if other:
+        held = ", ".join(f"{node['name']} {node['image_content_id'][:19]}" for node in other)
+        raise PlanError(f"{held} {'holds' if len(other) == 1 else 'hold'} another image than {_image_label(image)} "
+                        f"({wanted[:19]}, by content ID): put the same image on every node (the image role does) "
+                        "and re-run")
+
+
 def _ordered(nodes, head):
     """Head first (rank 0), then the others in inventory order."""
     return [node for node in nodes if node["name"] == head] + [node for node in nodes if node["name"] != head]
 
 
-def _members(nodes, head, mode, head_address, master_port, ray_units):
+def _members(nodes, head, mode, head_address, master_port, ray_units, image_id=None):
     ordered = _ordered(nodes, head)
     members = {}
     for rank, node in enumerate(ordered):
@@ -197,6 +213,8 @@ def _members(nodes, head, mode, head_address, master_port, ray_units):
             "rank": rank,
             "address": node.get("address") or "",
             "gpus": node["gpus"],
+            # The node's own image ID, what its units start: the same image has another on another image store.
+            "image_id": node.get("image_id") or image_id,
             "role": "head" if is_head else "worker",
             "runs_vllm": is_head or mode == "mp-multinode",
             "serves_http": is_head,
@@ -204,6 +222,18 @@ def _members(nodes, head, mode, head_address, master_port, ray_units):
             "serve_flags": flags,
         }
     return members
+
+
+def _image_env(members, nodes, image):
+    """Per member, what its serving containers do not take from the image's ENV (the network settings the image
+    bakes: its node's cluster.env replaces or removes them); and one warning per node and variable."""
+    warnings = []
+    for node in nodes:
+        found = image_env_overrides(image.get("network_env") or {}, node.get("cluster_env") or {}, node["name"],
+                                    _image_label(image))
+        members[node["name"]]["image_env"] = {"replaced": found["replaced"], "removed": found["removed"]}
+        warnings += found["warnings"]
+    return warnings
 
 
 def _summary(plan):
@@ -229,6 +259,7 @@ def make_plan(nodes, image, backend="auto", tensor_parallel_size=0, pipeline_par
     rank 0 listens (behind the API proxy), by default the same port (no proxy)."""
     head = _choose_head(nodes)
     _check_nodes(nodes, address_source)
+    _check_same_image(nodes, image)
     chosen, mode, reason = _choose_backend(backend, image, len(nodes))
     tp, pp = _parallel_sizes(nodes, tensor_parallel_size, pipeline_parallel_size)
     if mode == "mp-multinode":
@@ -247,13 +278,15 @@ def make_plan(nodes, image, backend="auto", tensor_parallel_size=0, pipeline_par
         "pipeline_parallel_size": pp,
         "ports": {"api": api_port, "vllm": vllm_port or api_port, "master": master_port, "ray": ray_port},
         "image_id": image.get("id"),
+        "image_content_id": image.get("content_id") or None,
         "image": image.get("name"),
         "vllm_version": image.get("vllm_version"),
         "model_path": model_path,
         "model_dir": model_dir,
         "serve_flags": {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "distributed_executor_backend": chosen},
-        "members": _members(nodes, head, mode, head_address, master_port, ray_units or RAY_UNITS),
+        "members": _members(nodes, head, mode, head_address, master_port, ray_units or RAY_UNITS, image.get("id")),
         "ray": _ray(chosen, image, ray_port),
     }
+    plan["image_env_warnings"] = _image_env(plan["members"], nodes, image)
     plan["summary"] = _summary(plan)
     return plan

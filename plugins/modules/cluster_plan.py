@@ -17,7 +17,8 @@ description:
   - Refuses, with one message naming the hosts and the fix, a cluster that cannot work - hosts naming different
     heads, a head outside the play, a node without a GPU or a cluster address, two nodes with one address, an image
     without vLLM or without the backend asked for, parallel sizes that do not multiply to the cluster's GPUs,
-    unequal GPUs per node in C(mp-multinode), a local model outside O(model_dir).
+    unequal GPUs per node in C(mp-multinode), a local model outside O(model_dir), a node holding another image
+    than O(image) (by content ID).
   - With backend C(ray), decides whether Ray runs with token authentication (the image's Ray is 2.52 or later) and
     warns, naming the image's Ray version, when it cannot.
   - Changes nothing and reads nothing from the host; run it once per play with C(run_once) and share the result.
@@ -44,15 +45,37 @@ options:
         description: The head host this host's own variables name (C(vllmops_head_host)); every node must name the same one.
         type: str
         required: true
+      image_id:
+        description:
+          - The serving image's ID on this node (its image_probe's C(image.id)), what its units start; empty for
+            O(image.id). Docker's classic and containerd image stores give the same image different IDs.
+        type: str
+        default: ""
+      image_content_id:
+        description:
+          - The content ID of the image this node holds (its image_probe's C(image.content_id)); must equal
+            O(image.content_id) when both are given. Empty to skip the check.
+        type: str
+        default: ""
+      cluster_env:
+        description:
+          - The node's cluster environment (the nccl role's C(cluster.env), parsed), to decide which of the network
+            settings the image bakes (O(image.network_env)) its serving containers get replaced or removed.
+        type: dict
+        default: {}
   image:
     description: The serving image, from image_probe.
     type: dict
     required: true
     suboptions:
       id:
-        description: Image ID (sha256:...).
+        description: Image ID (C(sha256:...)) on the node whose probe this is (the head's).
         type: str
         required: true
+      content_id:
+        description: The image's content ID (image_probe's C(image.content_id)), the same on every image store.
+        type: str
+        default: ""
       name:
         description: The image reference.
         type: str
@@ -75,6 +98,14 @@ options:
         type: list
         elements: str
         default: []
+      network_env:
+        description:
+          - The network settings the image's ENV bakes (image_probe's C(image.network_env)). Those the nccl role pins
+            per node (C(VLLM_HOST_IP), C(NCCL_SOCKET_IFNAME), C(GLOO_SOCKET_IFNAME), C(TP_SOCKET_IFNAME),
+            C(UCX_NET_DEVICES), C(NCCL_IB_DISABLE), C(NCCL_IB_HCA), C(NCCL_IB_GID_INDEX)) are replaced or removed per
+            node, with a warning (RV(plan.members), RV(plan.image_env_warnings)).
+        type: dict
+        default: {}
   backend:
     description:
       - C(auto) chooses as described above; C(ray) always uses Ray, even on one node; C(mp) uses vLLM's own
@@ -157,6 +188,7 @@ EXAMPLES = r"""
     nodes: "{{ ansible_play_hosts | map('extract', hostvars, '_vllmops_node') | list }}"
     image:
       id: "{{ probe.image.id }}"
+      content_id: "{{ probe.image.content_id }}"
       name: "{{ vllm_serve_image }}"
       vllm_version: "{{ probe.vllm.version if probe.vllm else '' }}"
       has_ray: "{{ probe.packages.ray is not none }}"
@@ -217,7 +249,10 @@ plan:
       description: C(api) (clients), C(vllm) (vLLM's rank 0, behind the proxy), C(master) and C(ray) ports.
       type: dict
     image_id:
-      description: The image ID.
+      description: The image ID on the head; each node's own is C(members[host].image_id).
+      type: str
+    image_content_id:
+      description: The image's content ID, the same on every node whatever its image store; null when not given.
       type: str
     image:
       description: The image reference.
@@ -233,10 +268,21 @@ plan:
       description:
         - Per host, by inventory name - C(rank) (0 is the head, the others follow in inventory order), C(address),
           C(gpus), C(role) (C(head) or C(worker)), C(runs_vllm), C(serves_http), C(ray_unit)
-          (O(ray_units.head), O(ray_units.worker) or null) and C(serve_flags).
+          (O(ray_units.head), O(ray_units.worker) or null), C(serve_flags) and C(image_id) (the image's ID on that
+          node, which its units start - O(nodes[].image_id), else O(image.id)).
         - In C(mp-multinode) C(serve_flags) holds C(nnodes), C(node_rank), C(master_addr), C(master_port), and
           C(headless) on workers; otherwise it is empty.
+        - C(image_env) - the network settings the image bakes (O(image.network_env)) that the node's serving
+          containers do not keep - C(replaced) (name to the value of the node's O(nodes[].cluster_env), which
+          C(--env-file) sets) and C(removed) (names its cluster environment does not set; the units delete them).
       type: dict
+    image_env_warnings:
+      description:
+        - One sentence per node and baked network setting (also given as warnings), naming the image, the variable,
+          the image's value and what the node uses instead.
+      type: list
+      elements: str
+      sample: ["image nvcr.io/nvidia/vllm:25.09-py3 sets NCCL_SOCKET_IFNAME=eth0; on node2 the cluster's setting NCCL_SOCKET_IFNAME==clu0 is used instead"]
     ray:
       description:
         - How Ray is secured - C(version) (the image's Ray, or null), C(token_auth) (true when the backend is C(ray) and
@@ -261,14 +307,19 @@ NODE_SPEC = dict(
     address=dict(type="str", default=""),
     gpus=dict(type="int", required=True),
     head=dict(type="str", required=True),
+    image_id=dict(type="str", default=""),
+    image_content_id=dict(type="str", default=""),
+    cluster_env=dict(type="dict", default={}),
 )
 IMAGE_SPEC = dict(
     id=dict(type="str", required=True),
+    content_id=dict(type="str", default=""),
     name=dict(type="str", required=True),
     vllm_version=dict(type="str"),
     has_ray=dict(type="bool", default=False),
     ray_version=dict(type="str", default=""),
     multinode_modes=dict(type="list", elements="str", default=[]),
+    network_env=dict(type="dict", default={}),
 )
 
 
@@ -298,6 +349,8 @@ def main():
         module.fail_json(msg=f"Planning how the cluster runs: {err}")
     if plan["ray"]["warning"]:
         module.warn(plan["ray"]["warning"])
+    for warning in plan["image_env_warnings"]:
+        module.warn(warning)
     module.exit_json(changed=False, plan=plan, msg=plan["summary"])
 
 

@@ -15,7 +15,14 @@ description:
   - Reports the image (ID, tags, CPU architecture compared with the host's, entrypoint, CUDA/NVIDIA
     environment), its Python, its vLLM (version, every option C(vllm serve) accepts, the model
     architectures its registry knows, multi-node modes) and the versions of Ray, torch, transformers and NCCL.
+  - Also torch's build (its version and the CUDA it was built for), the CUDA toolkit (the C(CUDA_VERSION) ENV, else
+    the toolkit's files) and the NCCL that torch loads (pip's C(nvidia-nccl-cu*), else the system C(libnccl.so.2)
+    NGC images ship), and the network settings the image's ENV bakes (RV(image.network_env)).
   - The flags and architectures are derived statically from the image's own vLLM source with Python's C(ast).
+  - Finds vLLM where the image's own Python would import it - the site-packages of the interpreters and venvs its
+    C(PATH), C(VIRTUAL_ENV) and C(PYTHONPATH) name, .pth files, setuptools' editable installs (PEP 660
+    C(__editable__) finders and .pth files, C(setup.py develop) egg-links), and as a last resort a checkout under
+    C(/opt), C(/workspace), C(/app) - parsing these files, never running them.
   - Optionally validates C(vllm serve) flags and model architectures against the image, with close-match
     suggestions for unknown flags.
   - Refuses (with O(fail_on_invalid)) an image built for another CPU architecture than the host's, for example
@@ -129,6 +136,14 @@ image:
     env:
       description: CUDA_*, NVIDIA_*, NCCL*, VLLM_*, PYTHON*, TORCH*, VIRTUAL_ENV, LD_LIBRARY_PATH and PATH.
       type: dict
+    network_env:
+      description:
+        - The network settings the image's ENV bakes - C(NCCL_*) (not C(NCCL_VERSION), a package version),
+          C(GLOO_*), C(UCX_*), C(TP_SOCKET_IFNAME), C(VLLM_HOST_IP) - which compete with the nccl role's cluster
+          environment. The plan replaces or removes, per node and with a warning, those the nccl role pins
+          (interfaces, RDMA devices, GID index, address); see the nccl role's README.
+      type: dict
+      sample: {NCCL_SOCKET_IFNAME: eth0, NCCL_IB_HCA: mlx5_0}
     labels:
       description: Image labels.
       type: dict
@@ -155,22 +170,38 @@ python:
       type: list
       elements: str
     site_packages:
-      description: The site-packages directory that holds vLLM (or the first one found).
+      description:
+        - The site-packages directory of the Python that imports vLLM (where the packages are read from), or the
+          first one found. For an editable install it is the venv's, not the checkout.
       type: str
     searched:
       description: Every site-packages directory looked at.
       type: list
       elements: str
+    vllm_install:
+      description:
+        - How C(import vllm) reaches it - C(site-packages) (installed there), C(editable) (setuptools' PEP 660
+          C(__editable__) finder or .pth, or C(setup.py develop)'s egg-link), C(pth) (another .pth line),
+          C(pythonpath) (the image's C(PYTHONPATH)) or C(checkout) (a source tree under C(/opt), C(/workspace),
+          C(/app) or C(/vllm-workspace) that nothing points at; said in RV(notes)). Null without vLLM.
+      type: str
+      sample: editable
+    vllm_install_via:
+      description: The file (.pth, editable finder, egg-link) or C(PYTHONPATH) that points at vLLM, else null.
+      type: str
+      sample: /opt/vllm-env/lib/python3.11/site-packages/__editable___vllm_0_16_0_finder.py
 vllm:
   description: The image's vLLM, null when it has none.
   returned: always
   type: dict
   contains:
     version:
-      description: vLLM version.
+      description:
+        - vLLM version, from its install's dist-info (an editable install's too, C(0.16.0+precompiled)) or
+          egg-info, else the source's C(vllm/_version.py).
       type: str
     path:
-      description: Directory of the vllm package.
+      description: Directory of the vllm package, the checkout's for an editable install (C(/opt/vllm/vllm)).
       type: str
     entrypoint:
       description:
@@ -215,6 +246,63 @@ packages:
   description: Versions of ray, torch, transformers, nvidia-nccl, triton and flashinfer; null when absent.
   returned: always
   type: dict
+torch:
+  description: The image's torch build, from its dist-info and C(torch/version.py); null without torch.
+  returned: always
+  type: dict
+  contains:
+    version:
+      description: Version, for example C(2.9.0+cu128).
+      type: str
+    cuda:
+      description: The CUDA torch was built for (C(12.8)); null for a CPU build.
+      type: str
+    git_version:
+      description: The torch commit it was built from.
+      type: str
+    path:
+      description: Directory of the torch package.
+      type: str
+cuda:
+  description: The image's CUDA toolkit; null when nothing says.
+  returned: always
+  type: dict
+  contains:
+    version:
+      description: Version, for example C(12.8.1).
+      type: str
+    source:
+      description:
+        - Where it was read - C(env CUDA_VERSION), C(/usr/local/cuda/version.json) (CUDA 11.1 and later),
+          C(/usr/local/cuda/version.txt), a C(/usr/local/cuda-X.Y) directory or a C(libcudart.so.X.Y.Z) name (the
+          last two only when the image's files can be listed, O(backend=overlay2)).
+      type: str
+nccl:
+  description:
+    - The NCCL the image's torch and vLLM load - pip's C(nvidia-nccl-cu*) when installed (torch loads it before
+      the system's), else the system library (C(libnccl.so.2) under C(/usr/lib/<arch>-linux-gnu), as NGC and
+      nvidia/cuda images ship it); null when the image has neither.
+  returned: always
+  type: dict
+  contains:
+    version:
+      description: NCCL version, for example C(2.21.5); what the nccl role's C(nccl_image_nccl_version) wants.
+      type: str
+    source:
+      description: C(pip) or C(system).
+      type: str
+    path:
+      description: The library's path in the image.
+      type: str
+    found_by:
+      description:
+        - How the version was found - C(nvidia-nccl package), C(file name) (C(libnccl.so.2) ->
+          C(libnccl.so.2.21.5)), C(dpkg libnccl2), C(image ENV NCCL_VERSION) or C(library version string) (the
+          library read whole, only when nothing cheaper says).
+      type: str
+    system:
+      description: The system library (C(version), C(path), C(found_by)) also when pip's is the one loaded; or null.
+      type: dict
 validation:
   description: The result of checking O(flags) and O(model_architectures).
   returned: when flags or model_architectures are given

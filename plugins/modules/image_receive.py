@@ -9,9 +9,13 @@ module: image_receive
 short_description: Load a Docker image streamed by image_source (or the previous node), relaying it to the next node
 version_added: 0.1.0
 description:
-  - Compares the image ID of O(image) on this host's Docker Engine with O(image_id). When they differ, reads the
-    image from O(url) (served by M(vllmops.cluster.image_source)) straight into the engine's image load (what C(docker load) does), then checks that
-    O(image) now has O(image_id).
+  - Compares the content ID of O(image) on this host's Docker Engine with O(content_id) (or, without it, its image ID
+    with O(image_id)). When they differ, reads the image from O(url) (served by M(vllmops.cluster.image_source))
+    straight into the engine's image load (what C(docker load) does), then checks that O(image) now has that
+    content.
+  - The content ID, not the image ID, says whether two engines hold the same image - Docker's classic image
+    store names an image by its config's digest, the containerd image store by its manifest's, so the image
+    loaded here may have another image ID than at the source. M(vllmops.cluster.image_source) reports both.
   - With O(relay_token), it also serves the bytes, as they arrive, to the next node of a chain (one request, on
     O(relay_address):O(relay_port), path O(relay_token)), holding at most 64 MiB in memory (a next node that reads
     slower slows this node's read of its upstream). When this node's load fails the rest of the stream is still
@@ -24,10 +28,16 @@ options:
     description: Image name:tag as the source tags it.
     type: str
     required: true
-  image_id:
-    description: The ID the node must end up with.
+  content_id:
+    description:
+      - The content ID the node must end up with (M(vllmops.cluster.image_source)'s C(content_id)), the same on
+        every image store. One of O(content_id) and O(image_id) is required.
     type: str
-    required: true
+  image_id:
+    description:
+      - The image ID the node must end up with, compared when O(content_id) is not given; only right when the
+        source and this node use the same kind of image store.
+    type: str
   url:
     description: Where the source, or the previous node's relay, serves this node's copy (C(http://ADDRESS:PORT/TOKEN)).
     type: str
@@ -85,7 +95,7 @@ attributes:
     description: No diff.
   idempotent:
     support: full
-    description: Copies nothing when the node has the image ID.
+    description: Copies nothing when the node has the image's content.
 author:
   - vllmops.cluster developers (@vllmops)
 """
@@ -94,14 +104,14 @@ EXAMPLES = r"""
 - name: Receive the serving image
   vllmops.cluster.image_receive:
     image: vllm/vllm-openai:v0.33.0
-    image_id: "{{ source.image_id }}"
+    content_id: "{{ source.content_id }}"
     url: "http://10.0.0.1:29700/{{ token }}"
   no_log: true
 
 - name: Receive it from node1 and relay it to node3 as it arrives
   vllmops.cluster.image_receive:
     image: vllm/vllm-openai:v0.33.0
-    image_id: "{{ source.image_id }}"
+    content_id: "{{ source.content_id }}"
     url: "http://10.0.0.11:29700/{{ token }}"
     upstream: node1
     relay_token: "{{ hostvars['node3'].token }}"
@@ -116,7 +126,15 @@ previous_id:
   returned: success
   type: str
 image_id:
-  description: The image ID it has now.
+  description: The image ID it has now (this engine's, what a container is started from here).
+  returned: success
+  type: str
+previous_content_id:
+  description: The content ID of the image the node had before, null when it had none.
+  returned: success
+  type: str
+content_id:
+  description: The content ID of the image it has now.
   returned: success
   type: str
 bytes:
@@ -137,6 +155,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DEFAULT_HOST, DockerClient, DockerError
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_identity import short_id
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import (
     Relay,
     TransferError,
@@ -150,23 +169,28 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             image=dict(type="str", required=True),
-            image_id=dict(type="str", required=True),
+            content_id=dict(type="str"),
+            image_id=dict(type="str"),
             total_bytes=dict(type="int"),
             **receiver_argument_spec(29700, 3600, "/run/vllmops/image-receive.json", "the image source"),
             docker_host=dict(type="str", default=DEFAULT_HOST, fallback=(env_fallback, ["DOCKER_HOST"])),
         ),
+        required_one_of=[("content_id", "image_id")],
         supports_check_mode=True,
     )
     params = module.params
+    # What the node must hold: the content where the caller names it, else (an older caller) the ID.
+    wanted_field, wanted = ("content_id", params["content_id"]) if params["content_id"] else ("image_id", params["image_id"])
     relay_wanted = bool(params["relay_token"])
     if relay_wanted and not params["relay_address"]:
         module.fail_json(msg="relaying the image: no relay_address: give this node's address the next node connects to")
     try:
         docker = DockerClient(params["docker_host"])
         before = local_image(docker, params["image"])
-        previous = before[0] if before else None
-        result = dict(changed=previous != params["image_id"], previous_id=previous, image_id=previous, bytes=0, seconds=0.0,
-                      relayed_bytes=0)
+        previous = before.image_id if before else None
+        result = dict(changed=getattr(before, wanted_field, None) != wanted, previous_id=previous, image_id=previous,
+                      previous_content_id=before.content_id if before else None,
+                      content_id=before.content_id if before else None, bytes=0, seconds=0.0, relayed_bytes=0)
         # A node in the middle of a chain copies even when it has the image: the next node waits for its relay.
         if (not result["changed"] and not relay_wanted) or module.check_mode:
             module.exit_json(**result)
@@ -186,15 +210,16 @@ def main():
         after = local_image(docker, params["image"])
     except (DockerError, TransferError) as err:
         module.fail_json(msg=f"copying {params['image']} from {params['upstream']}: {err}")
-    result.update(image_id=after[0] if after else None, bytes=copied, seconds=round(seconds, 2),
-                  relayed_bytes=relay.sent if relay else 0)
+    result.update(image_id=after.image_id if after else None, content_id=after.content_id if after else None,
+                  bytes=copied, seconds=round(seconds, 2), relayed_bytes=relay.sent if relay else 0)
     result["changed"] = result["changed"] or result["image_id"] != previous
     if relay_failed:
         module.fail_json(msg=f"{params['image']} was loaded here, but relaying it to {params['relay_to']} failed: {relay_failed}",
                          **result)
-    if result["image_id"] != params["image_id"]:
-        module.fail_json(msg=f"after the copy {params['image']} is {result['image_id']}, not {params['image_id']}: "
-                             "the source changed during the copy, or served another image under that name", **result)
+    if result[wanted_field] != wanted:
+        module.fail_json(msg=f"after the copy {params['image']} has the {wanted_field.replace('_', ' ')} "
+                             f"{short_id(result[wanted_field]) or 'none'}, not {short_id(wanted)}: the source changed "
+                             "during the copy, or served another image under that name", **result)
     module.exit_json(**result)
 
 

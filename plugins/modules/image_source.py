@@ -9,8 +9,11 @@ module: image_source
 short_description: Identify a Docker image source and stream it, once each, to the nodes that lack it
 version_added: 0.1.0
 description:
-  - Reports the image ID, tags and size of an image on this host's Docker Engine (O(image)) or of a
+  - Reports the image ID, content ID, tags and size of an image on this host's Docker Engine (O(image)) or of a
     C(docker save) archive (O(archive)), without changing anything.
+  - The content ID is what nodes compare (O(vllmops.cluster.image_receive#module:content_id) of
+    M(vllmops.cluster.image_receive)) - Docker's classic image store and its containerd image store give the same
+    image different image IDs, the content ID is the same on both.
   - With O(tokens), serves the image over HTTP on O(address):O(port), once to each token (the request path),
     as C(docker save) output or the archive's bytes, streamed in frames that end with the byte count (or the
     error that stopped the source), so a receiver tells a whole stream from a broken one; no temporary file of the
@@ -70,9 +73,19 @@ EXAMPLES = r"""
 
 RETURN = r"""
 image_id:
-  description: The source image's ID (sha256 of its config).
+  description:
+    - The source image's ID on its engine - the digest of its config on Docker's classic image store, of its
+      manifest (or index) on the containerd image store; for an archive, the digest of its config.
   returned: success
   type: str
+content_id:
+  description:
+    - The image's content ID - C(sha256:) and the digest of its platform, its layers (diff IDs) and the settings a
+      container starts with (Env, Entrypoint, Cmd, Labels, ...); the same for the same image on every image store.
+    - Null when the engine reports no layers for it.
+  returned: success
+  type: str
+  sample: sha256:085d8ea2e75d221feecafb18d8cae8640fcdd12c81b875950de352c48d5434ec
 repo_tags:
   description: Its tags.
   returned: success
@@ -120,8 +133,8 @@ def main():
             if found is None:
                 module.fail_json(msg=f"the image source has no image {params['image']}: load or pull it there, "
                                      "or name another source (image_source_host / image_archive)")
-        image_id, tags, size = found
-        result = dict(changed=False, image_id=image_id, repo_tags=tags, size_bytes=size)
+        result = dict(changed=False, image_id=found.image_id, content_id=found.content_id, repo_tags=found.repo_tags,
+                      size_bytes=found.size)
         if params["tokens"] and not params["address"]:
             module.fail_json(msg="serving the image: no address to listen on: give the address the receivers connect to")
         if params["tokens"] and not module.check_mode:

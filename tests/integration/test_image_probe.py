@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_identity import content_id
 from conftest import BIN, ROOT, run_module
 from probe_images import FOREIGN_ARCH
 
@@ -43,7 +44,8 @@ def test_packages_and_multinode_modes(probe_images):
     _, new = run_module("image_probe", {"image": probe_images["vllm-0.33.0"]})
     assert new["packages"]["ray"] == "2.40.0"
     assert new["packages"]["transformers"] == "4.46.3"
-    assert new["packages"]["torch"] is None
+    assert new["packages"]["torch"] is None and new["torch"] is None  # this image holds no torch (ngc-vllm does:
+    # tests/integration/test_image_probe_native.py reads its version and CUDA)
     assert new["vllm"]["multinode"] == {"ray": True, "native": True, "data_parallel": True}
     _, old = run_module("image_probe", {"image": probe_images["vllm-0.6.3.post1"]})
     assert old["packages"]["ray"] is None
@@ -164,26 +166,32 @@ def test_check_mode_gives_the_same_answer(probe_images):
     assert checked["changed"] is False
 
 
-def test_cache_follows_the_image_id(probe_images):
+def _content_id(name):
+    inspect = json.loads(subprocess.run(["docker", "image", "inspect", name], capture_output=True, text=True,
+                                        check=True).stdout)[0]
+    return inspect["Id"], content_id(inspect)
+
+
+def test_cache_follows_the_content_id(probe_images):
     image = probe_images["no-vllm"]
     retagged = "vllmops-test/probe-retag:latest"
     subprocess.run(["docker", "tag", image, retagged], check=True)
     try:
-        image_id = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", retagged],
-                                  capture_output=True, text=True, check=True).stdout.strip()
-        for stale in CACHE_DIR.glob(image_id.replace(":", "_") + "-*.json"):
+        image_id, content = _content_id(retagged)
+        for stale in CACHE_DIR.glob(content.replace(":", "_") + "-*.json"):
             stale.unlink()
         _, first = run_module("image_probe", {"image": retagged})
         _, second = run_module("image_probe", {"image": retagged})
         assert (first["cached"], second["cached"]) == (False, True)
-        # A new image under the same tag has a new ID: probed afresh, not answered from the old ID's cache.
+        assert first["image"]["content_id"] == content
+        # A new image under the same tag has new content: probed afresh, not answered from the old one's cache.
         subprocess.run(["docker", "tag", probe_images["vllm-0.16.0"], retagged], check=True)
-        new_id = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", retagged],
-                                capture_output=True, text=True, check=True).stdout.strip()
-        for stale in CACHE_DIR.glob(new_id.replace(":", "_") + "-*.json"):
+        new_id, new_content = _content_id(retagged)
+        for stale in CACHE_DIR.glob(new_content.replace(":", "_") + "-*.json"):
             stale.unlink()
         _, third = run_module("image_probe", {"image": retagged})
         assert third["image"]["id"] == new_id != image_id
+        assert third["image"]["content_id"] == new_content != content
         assert third["cached"] is False
         assert third["vllm"]["version"] == "0.16.0"
     finally:

@@ -32,7 +32,13 @@ RECIPE_DIR = HERE / "node"
 CACHE_DIR = Path(os.environ.get("VLLMOPS_CACHE", Path.home() / ".cache" / "vllmops"))
 STATE_DIR = CACHE_DIR / "sandbox"
 IMAGE_REPO = "vllmops/node"
-SUITE = "bookworm"
+# The simulated hosts run Debian 13 (trixie): its docker.io (26.x) is a current engine, with the containerd
+# image store, as GPU hosts run (Docker 27-29). `up --suite bookworm` gives a node Debian 12's docker.io 20.10,
+# an older engine. The images the nodes run (serving, probe, exporter) start from the bookworm rootfs: Python
+# 3.11, which the CPU torch wheel in /opt/wheels is built for.
+NODE_SUITE = "trixie"
+IMAGE_SUITE = "bookworm"
+SUITES = (NODE_SUITE, IMAGE_SUITE)
 LABEL = "io.vllmops.sandbox"
 SSH_USER = "ops"
 DOCKERD_LOG = Path("/var/log/vllmops-dockerd.log")
@@ -107,9 +113,9 @@ def recipe_packages() -> list[str]:
     return [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
 
 
-def recipe_hash() -> str:
+def recipe_hash(suite: str = NODE_SUITE) -> str:
     """Hash of every file that shapes the image: change one, get a new image."""
-    digest = hashlib.sha256(SUITE.encode())
+    digest = hashlib.sha256(suite.encode())
     for path in sorted(RECIPE_DIR.rglob("*")):
         if path.is_file():
             digest.update(path.relative_to(RECIPE_DIR).as_posix().encode())
@@ -121,32 +127,48 @@ def image_exists(ref: str) -> bool:
     return run(["docker", "image", "inspect", ref], check=False).returncode == 0
 
 
-def build_image() -> str:
-    """Return the node image reference, building it only when missing."""
+def rootfs(suite: str = IMAGE_SUITE) -> str:
+    """The Debian rootfs of a suite with the recipe's packages, imported as an image (mmdebstrap, once)."""
     ensure_docker()
-    tag = recipe_hash()
+    base = f"{IMAGE_REPO}-rootfs:{recipe_hash(suite)}"
+    if image_exists(base):
+        return base
+    if shutil.which("mmdebstrap") is None:
+        raise SandboxError("mmdebstrap is missing: apt-get install -y mmdebstrap")
+    log(f"building {base} with mmdebstrap ({suite}, minbase); about a minute")
+    started = time.monotonic()
+    debstrap = subprocess.Popen(
+        ["mmdebstrap", "--variant=minbase", "--include=" + ",".join(recipe_packages()),
+         suite, "-"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    imported = subprocess.run(["docker", "import", "-", base], stdin=debstrap.stdout,
+                              capture_output=True, text=True)
+    debstrap.stdout.close()
+    err = debstrap.stderr.read().decode(errors="replace")
+    if debstrap.wait() != 0 or imported.returncode != 0:
+        raise SandboxError(f"building the {suite} rootfs failed: {err[-1500:]} {imported.stderr}")
+    log(f"rootfs imported in {time.monotonic() - started:.0f} s")
+    return base
+
+
+def image_base() -> str:
+    """The base of the images that run inside the nodes (bookworm: Python 3.11)."""
+    return rootfs(IMAGE_SUITE)
+
+
+def build_image(suite: str = NODE_SUITE) -> str:
+    """Return the node image reference of a suite, building it only when missing."""
+    if suite not in SUITES:
+        raise SandboxError(f"unknown node suite {suite!r}; known: {', '.join(SUITES)}")
+    ensure_docker()
+    tag = recipe_hash(suite)
     ref = f"{IMAGE_REPO}:{tag}"
     if image_exists(ref):
         return ref
-    if shutil.which("mmdebstrap") is None:
-        raise SandboxError("mmdebstrap is missing: apt-get install -y mmdebstrap")
-    base = f"{IMAGE_REPO}-rootfs:{tag}"
-    if not image_exists(base):
-        log(f"building {base} with mmdebstrap ({SUITE}, minbase); about a minute")
-        started = time.monotonic()
-        debstrap = subprocess.Popen(
-            ["mmdebstrap", "--variant=minbase", "--include=" + ",".join(recipe_packages()),
-             SUITE, "-"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        imported = subprocess.run(["docker", "import", "-", base], stdin=debstrap.stdout,
-                                  capture_output=True, text=True)
-        debstrap.stdout.close()
-        err = debstrap.stderr.read().decode(errors="replace")
-        if debstrap.wait() != 0 or imported.returncode != 0:
-            raise SandboxError(f"building the node rootfs failed: {err[-1500:]} {imported.stderr}")
-        log(f"rootfs imported in {time.monotonic() - started:.0f} s")
-    log(f"building {ref}")
+    base = rootfs(suite)
+    log(f"building {ref} ({suite})")
+    latest = ["-t", f"{IMAGE_REPO}:latest"] if suite == NODE_SUITE else []
     run(["docker", "build", "--quiet", "--build-arg", f"BASE_IMAGE={base}",
-         "--label", f"{LABEL}.recipe={tag}", "-t", ref, "-t", f"{IMAGE_REPO}:latest",
+         "--label", f"{LABEL}.recipe={tag}", "-t", ref, *latest,
          str(RECIPE_DIR)])
     return ref
 
@@ -216,7 +238,9 @@ def start_node(name: str, prefix: str, image: str, networks: list[str]) -> None:
     run(["docker", "rm", "-f", name], check=False)
     run(["docker", "run", "-d", "--name", name, "--hostname", name,
          "--label", f"{LABEL}={prefix}", *NODE_RUN_FLAGS,
+         # The node's engine keeps its data in volumes: overlayfs cannot stack its upper layers on the node's own.
          "--mount", f"type=volume,src={name}-docker,dst=/var/lib/docker",
+         "--mount", f"type=volume,src={name}-containerd,dst=/var/lib/containerd",
          "--network", networks[0], image])
     for extra in networks[1:]:
         run(["docker", "network", "connect", extra, name])
@@ -265,13 +289,16 @@ def wait_for_ssh(address: str, key: Path, deadline_s: float = 90) -> None:
 
 
 def up(prefix: str, count: int, networks: list[str], gpus: list[str] | None = None,
-       copies: list[str] | None = None) -> dict:
-    image = build_image()
+       copies: list[str] | None = None, suites: list[str] | None = None) -> dict:
+    """Start the nodes; suites[i] is node i+1's Debian suite (default: NODE_SUITE)."""
+    suites = list(suites or []) + [NODE_SUITE] * count
+    images = {suite: build_image(suite) for suite in set(suites[:count])}
     networks = [ensure_network(spec, prefix) for spec in networks or [f"{prefix}-mgmt"]]
     key = ssh_key(prefix)
     pubkey = key.with_suffix(".pub").read_text()
     names = [f"{prefix}-node{i}" for i in range(1, count + 1)]
     for position, name in enumerate(names):
+        image = images[suites[position]]
         # `up` again keeps running nodes (and what was deployed on them).
         if not node_running(name, image):
             start_node(name, prefix, image, networks)
@@ -288,7 +315,7 @@ def up(prefix: str, count: int, networks: list[str], gpus: list[str] | None = No
         wait_for_ssh(addresses[networks[0]], key)
         nodes.append({"name": name, "address": addresses[networks[0]], "addresses": addresses})
     log(f"{len(nodes)} node(s) up: " + ", ".join(f"{n['name']}={n['address']}" for n in nodes))
-    return {"image": image, "user": SSH_USER, "identity_file": str(key), "networks": networks,
+    return {"image": images[suites[0]], "images": [images[s] for s in suites[:count]], "user": SSH_USER, "identity_file": str(key), "networks": networks,
             "nodes": nodes}
 
 
@@ -321,7 +348,8 @@ def down(prefix: str) -> None:
     names = run(["docker", "ps", "-a", "--filter", label, "--format", "{{.Names}}"]).stdout.split()
     if names:
         run(["docker", "rm", "-f", "-v", *names])
-        run(["docker", "volume", "rm", *[f"{n}-docker" for n in names]], check=False)
+        run(["docker", "volume", "rm", *[f"{n}-{data}" for n in names for data in ("docker", "containerd")]],
+            check=False)
     nets = run(["docker", "network", "ls", "--filter", label, "--format", "{{.Name}}"]).stdout.split()
     if nets:
         run(["docker", "network", "rm", *nets])
@@ -341,6 +369,9 @@ def main(argv: list[str] | None = None) -> int:
     p_up.add_argument("--inventory", type=Path, help="also write an Ansible inventory of the nodes here")
     p_up.add_argument("--gpus", action="append", default=[], metavar="KIND:COUNT",
                       help="simulated GPUs of node1, node2, ... in order (none for a node without); repeatable")
+    p_up.add_argument("--suite", action="append", default=[], choices=SUITES,
+                      help=f"Debian suite of node1, node2, ... in order (default {NODE_SUITE}: docker.io 26; "
+                           "bookworm: docker.io 20.10); repeatable")
     p_up.add_argument("--copy", action="append", default=[], metavar="SRC:DEST",
                       help="copy a file or directory from this machine into every node; repeatable")
     p_up.add_argument("--var", action="append", default=[], metavar="KEY=VALUE",
@@ -354,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "build-image":
             print(build_image())
         elif args.command == "up":
-            cluster = up(args.prefix, args.count, args.network, args.gpus, args.copy)
+            cluster = up(args.prefix, args.count, args.network, args.gpus, args.copy, args.suite)
             if args.inventory:
                 write_inventory(args.inventory, cluster, args.var)
             print(json.dumps(cluster, indent=2))

@@ -5,6 +5,8 @@ directory of an image (dist-info names, else the packages' version files)."""
 
 from __future__ import annotations
 
+import ast
+import contextlib
 import posixpath
 import re
 
@@ -44,6 +46,39 @@ def nccl_header_version(files, site_dir: str) -> str | None:
         if all(parts):
             return ".".join(m.group(1) for m in parts)
     return None
+
+
+def _assignments(source: str) -> dict:
+    """Module-level `name = literal` and `name: T = literal` of Python source, parsed with ast."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return {}
+    found = {}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        value = getattr(node, "value", None)
+        for target in targets:
+            if isinstance(target, ast.Name) and value is not None:
+                with contextlib.suppress(ValueError):  # not a literal (a call, a name): not a version
+                    found[target.id] = ast.literal_eval(value)
+    return found
+
+
+def torch_build(files, site_dir: str | None, dist_version: str | None = None) -> dict | None:
+    """torch's version and the CUDA it was built for, from torch/version.py (written by torch's build:
+    `__version__ = '2.9.0+cu128'`, `cuda: Optional[str] = '12.8'` - None in a CPU build - and `git_version`);
+    the version from its dist-info (dist_version) when there is one. None without torch."""
+    if not site_dir:
+        return None
+    text = files.read_text(posixpath.join(site_dir, "torch/version.py"))
+    if text is None and not dist_version:
+        return None
+    values = _assignments(text or "")
+    version = dist_version or (values.get("__version__") if isinstance(values.get("__version__"), str) else None)
+    return {"version": version, "cuda": values.get("cuda") if isinstance(values.get("cuda"), str) else None,
+            "git_version": values.get("git_version") if isinstance(values.get("git_version"), str) else None,
+            "path": posixpath.join(site_dir, "torch")}
 
 
 def vllm_version(files, site_dir: str, dists: dict) -> str | None:

@@ -4,12 +4,11 @@
 `vllm serve` flags, model architectures, multi-node modes) and the packages
 that matter for serving. Never runs the image, never imports vLLM.
 
-Results are cached on the host by image ID (see cache).
+Results are cached on the host by the image's content ID (see cache), which
+every image store gives the same image.
 """
 
 from __future__ import annotations
-
-import posixpath
 
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerClient, DockerError
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_files import (
@@ -18,6 +17,12 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.image_files import
     OverlayLayers,
 )
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.cache import cache_dir, read_cache, write_cache
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.imports import (
+    CHECKOUT_BASES,
+    is_checkout,
+    locate_vllm,
+)
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.native import native_facts
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.packages import (
     PACKAGES,
     dist_versions,
@@ -37,7 +42,7 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.vllm_f
 from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_source import VllmSourceError
 
 # Bump when what the probe extracts changes: cached results of older probes are ignored.
-PROBE_VERSION = 1
+PROBE_VERSION = 2
 
 
 class ProbeError(Exception):
@@ -65,21 +70,49 @@ def probe_files(files, env: dict) -> dict:
     if not site_dirs and not executables:
         return {"python": None, "vllm": None, "packages": dict.fromkeys(PACKAGES.values()),
                 "notes": ["no Python found (no python3 in /usr/bin, /usr/local/bin, /opt, and no site-packages)"]}
-    vllm_dir = next((d for d in site_dirs if files.read_bytes(posixpath.join(d, "vllm/__init__.py")) is not None),
-                    None)
-    main_dir = vllm_dir or (site_dirs[0] if site_dirs else None)
+    install = locate_vllm(files, env, site_dirs)
+    main_dir = _interpreter_site_dir(files, install, site_dirs, env)
     dists = dist_versions(files, main_dir) if main_dir else {}
     packages = package_versions(files, main_dir, dists)
     python = {"version": python_version(main_dir or "", env), "executables": executables,
-              "site_packages": main_dir, "searched": site_dirs}
-    if vllm_dir is None:
+              "site_packages": main_dir, "searched": site_dirs,
+              "vllm_install": install.kind if install else None, "vllm_install_via": install.via if install else None}
+    if install is None:
         return {"python": python, "vllm": None, "packages": packages,
-                "notes": [f"no vllm package in {', '.join(site_dirs) or 'any site-packages'}"]}
-    return {"python": python, "vllm": probe_vllm(files, vllm_dir, dists), "packages": packages, "notes": []}
+                "notes": [f"no vllm package in {', '.join(site_dirs) or 'any site-packages'}, nor a checkout "
+                          f"under {', '.join(CHECKOUT_BASES)}"]}
+    notes = []
+    if install.kind == "checkout":
+        notes.append(f"vLLM found only as a checkout in {install.root}: no Python of the image points at it "
+                     "(no PYTHONPATH, .pth or editable install), so `import vllm` may fail in the image")
+    return {"python": python, "vllm": probe_vllm(files, install.root, _vllm_dists(install, dists)),
+            "packages": packages, "notes": notes}
+
+
+def _interpreter_site_dir(files, install, site_dirs: list[str], env: dict) -> str | None:
+    """The site directory whose packages (torch, ray, ...) the vLLM found imports: where vLLM was found through,
+    the interpreter's own for a checkout (on PYTHONPATH or not)."""
+    if install and install.site_dir and not (install.kind == "pythonpath" and is_checkout(files, install.root)):
+        return install.site_dir
+    pythonpath = set((env.get("PYTHONPATH") or "").split(":"))
+    return next((d for d in site_dirs if d not in pythonpath), site_dirs[0] if site_dirs else None)
+
+
+def _vllm_dists(install, dists: dict) -> dict:
+    """The distributions vllm_facts reads vLLM's version from: the version its (editable) install recorded, none
+    for a checkout (its vllm/_version.py counts)."""
+    if install.version:
+        return dict(dists, vllm=install.version)
+    if install.kind in ("checkout", "pythonpath") and install.site_dir != install.root:
+        return {k: v for k, v in dists.items() if k != "vllm"}
+    return dists
 
 
 def open_image_files(docker: DockerClient, inspect: dict, backend: str = "auto"):
-    """(reader, backend name): overlay2 layer directories when allowed and readable, else a created container."""
+    """(reader, backend name): overlay2 layer directories when allowed and readable, else a created container.
+
+    The containerd image store (GraphDriver "overlayfs", no directories: its snapshots are not per image) is
+    always read through a created container."""
     if backend in ("auto", "overlay2"):
         try:
             return OverlayLayers.from_graph_driver(inspect.get("GraphDriver") or {}), "overlay2"
@@ -97,13 +130,16 @@ def probe_image(docker: DockerClient, image: str, use_cache: bool = True, cache_
     inspect = inspect_image(docker, image)
     summary = summarize_image(inspect)
     directory = cache_directory or cache_dir()
+    cache_key = summary["content_id"] or summary["id"]
     if use_cache:
-        cached = read_cache(directory, summary["id"], PROBE_VERSION)
+        cached = read_cache(directory, cache_key, PROBE_VERSION)
         if cached is not None:
             return dict(cached, image=summary, cached=True)
     files, backend = open_image_files(docker, inspect, backend)
     try:
-        found = probe_files(files, env_map((inspect.get("Config") or {}).get("Env")))
+        env = env_map((inspect.get("Config") or {}).get("Env"))
+        found = probe_files(files, env)
+        found.update(native_facts(files, env, (found["python"] or {}).get("site_packages"), found["packages"]))
     except (ImageFilesError, VllmSourceError) as err:
         raise ProbeError(f"reading {image}: {err}") from err
     finally:
@@ -111,7 +147,8 @@ def probe_image(docker: DockerClient, image: str, use_cache: bool = True, cache_
     if found["vllm"] is not None:
         found["vllm"]["entrypoint"] = entrypoint_kind(summary["entrypoint"], summary["cmd"])
     result = {"python": found["python"], "vllm": found["vllm"], "packages": found["packages"],
+              "torch": found["torch"], "cuda": found["cuda"], "nccl": found["nccl"],
               "notes": found["notes"], "backend": backend, "probe_version": PROBE_VERSION}
     if use_cache:
-        write_cache(directory, summary["id"], PROBE_VERSION, result)
+        write_cache(directory, cache_key, PROBE_VERSION, result)
     return dict(result, image=summary, cached=False)

@@ -40,11 +40,44 @@ def _lib_prefixes(files, env: dict) -> list[str]:
     return list(dict.fromkeys(prefixes))
 
 
+def venv_python(pyvenv_cfg: str) -> str | None:
+    """3.X from a venv's pyvenv.cfg (``version = 3.11.2`` from venv, ``version_info = 3.11.2.final.0`` from
+    virtualenv and uv)."""
+    for line in pyvenv_cfg.splitlines():
+        key, _, value = line.partition("=")
+        match = re.match(r"\s*(3\.\d+)", value)
+        if key.strip() in ("version", "version_info") and match:
+            return match.group(1)
+    return None
+
+
+def venv_site_dirs(files, env: dict) -> list[str]:
+    """site-packages of the venvs VIRTUAL_ENV and PATH point at, one pyvenv.cfg read each: no listing, and no
+    copy of a large site-packages to learn that it exists."""
+    roots = [env["VIRTUAL_ENV"]] if env.get("VIRTUAL_ENV") else []
+    roots += [entry[:-4] for entry in (env.get("PATH") or "").split(":")
+              if entry.endswith("/bin") and entry not in _SYSTEM_BIN]
+    dirs = []
+    for root in dict.fromkeys(posixpath.normpath(r) for r in roots):
+        version = venv_python(files.read_text(posixpath.join(root, "pyvenv.cfg")) or "")
+        if version:
+            dirs.append(f"{root}/lib/python{version}/site-packages")
+    return dirs
+
+
+def _site_dir_exists(files, directory: str) -> bool:
+    """For readers that cannot list: vllm/__init__.py first, a read of one file, before is_dir (which copies)."""
+    return files.read_bytes(posixpath.join(directory, "vllm/__init__.py")) is not None or files.is_dir(directory)
+
+
 def candidate_site_dirs(files, env: dict) -> list[str]:
     """Existing site-packages directories of the image, most likely first."""
     if not files.cheap_listing:
-        return [d for d in fixed_site_dirs(env)
-                if files.read_bytes(posixpath.join(d, "vllm/__init__.py")) is not None or files.is_dir(d)]
+        pythonpath = list(dict.fromkeys(e for e in (env.get("PYTHONPATH") or "").split(":") if e))
+        venvs = [d for d in venv_site_dirs(files, env) if d not in pythonpath]
+        rest = [d for d in fixed_site_dirs(env) if d not in venvs and d not in pythonpath]
+        return ([d for d in pythonpath if _site_dir_exists(files, d)] + venvs
+                + [d for d in rest if _site_dir_exists(files, d)])
     candidates = [entry for entry in (env.get("PYTHONPATH") or "").split(":") if entry]
     for prefix in _lib_prefixes(files, env):
         for name in files.listdir(prefix) or []:

@@ -8,6 +8,9 @@ import platform
 import posixpath
 import re
 
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_identity import content_id
+from ansible_collections.vllmops.cluster.plugins.module_utils.nccl import network_settings
+
 # The kernel's names (uname -m, ansible_facts.architecture) to Docker's (GOARCH, an image config's "architecture").
 ARCH_ALIASES = {"x86_64": "amd64", "amd64": "amd64", "aarch64": "arm64", "arm64": "arm64", "armv7l": "arm",
                 "armv6l": "arm", "arm": "arm", "i386": "386", "i686": "386", "386": "386",
@@ -58,7 +61,10 @@ def summarize_image(inspect: dict, host_arch: str | None = None) -> dict:
     host_arch = docker_architecture(host_arch) if host_arch else host_architecture()
     arch = inspect.get("Architecture") or ""
     return {
+        # This engine's ID (what a container is started from here) and the store-independent content ID
+        # (what nodes compare: the containerd image store gives the same image another ID).
         "id": inspect.get("Id"),
+        "content_id": content_id(inspect),
         "repo_tags": inspect.get("RepoTags") or [],
         "repo_digests": inspect.get("RepoDigests") or [],
         "architecture": arch,
@@ -69,6 +75,7 @@ def summarize_image(inspect: dict, host_arch: str | None = None) -> dict:
         "entrypoint": config.get("Entrypoint"),
         "cmd": config.get("Cmd"),
         "env": {k: v for k, v in env.items() if k.startswith(_ENV_PREFIXES) or k == "PATH"},
+        "network_env": network_settings(env),
         "labels": config.get("Labels") or {},
         "host_architecture": host_arch,
         "architecture_mismatch": bool(arch) and docker_architecture(arch) != host_arch,

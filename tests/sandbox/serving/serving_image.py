@@ -71,7 +71,7 @@ LAUNCHERS = {
 
 def recipe_hash() -> str:
     digest = hashlib.sha256()
-    for part in (DOCKERFILE, " ".join(RAY), VLLM_VERSION, nodes.recipe_hash(), platform.machine(),
+    for part in (DOCKERFILE, " ".join(RAY), VLLM_VERSION, nodes.recipe_hash(nodes.IMAGE_SUITE), platform.machine(),
                  (HERE / "vllm_standin.py").read_text(), FLAGS.read_text()):
         digest.update(part.encode())
     return digest.hexdigest()[:12]
@@ -113,8 +113,7 @@ def build() -> str:
     if nodes.image_exists(image):
         return image
     nodes.log(f"building {image} (ray, vLLM {VLLM_VERSION} sources, the inference stand-in)")
-    base = f"{nodes.IMAGE_REPO}-rootfs:{nodes.recipe_hash()}"
-    nodes.build_image()
+    base = nodes.image_base()
     with tempfile.TemporaryDirectory() as tmp:
         context = Path(tmp)
         _install_site(context / "site")

@@ -295,3 +295,25 @@ def test_the_model_must_be_the_same_on_every_node_that_runs_vllm():
         "the model differs between the nodes: spark-1 sha256:aaaaaaaaaaaa, spark-2 none"]
     bare = {host: dict(n, model={"digest": "", "stale": False}) for host, n in MP_NODES.items()}
     assert status_report(bare, "spark-1", plan=plan("mp"), api=API_OK)["verdict"] == "OK"
+
+
+def test_the_same_image_on_both_image_stores_is_one_image_and_other_content_is_named():
+    # Recorded: one image on Docker 20.10 (classic store) and on 26.1 with the containerd image store.
+    content = "sha256:085d8ea2e75d221feecafb18d8cae8640fcdd12c81b875950de352c48d5434ec"
+    mixed = {"spark-1": dict(MP_NODES["spark-1"], image_id="sha256:7f15267e56ac654f3891994e0111e744c29b8437c928031044bcbed5b4b283b4",
+                             image_content_id=content),
+             "spark-2": dict(MP_NODES["spark-2"], image_id="sha256:a3d47d1f2a2dcb47840f5a928d86e6c4c01958300a9c163c16854b50b39e36eb",
+                             image_content_id=content)}
+    report = status_report(mixed, "spark-1", plan=plan("mp"), api=API_OK)
+    assert report["verdict"] == "OK"
+    assert all("085d8ea2e75d 0.11.1" in line for line in report["lines"] if line.startswith("spark-"))
+    document = report["document"]
+    jsonschema.validate(document, SCHEMA)
+    assert [n["image_content_id"] for n in document["nodes"]] == [content, content]
+    assert [n["image_id"][:19] for n in document["nodes"]] == ["sha256:7f15267e56ac", "sha256:a3d47d1f2a2d"]
+
+    other = dict(mixed, **{"spark-2": dict(mixed["spark-2"], image_content_id="sha256:" + "b" * 64)})
+    assert status_report(other, "spark-1", plan=plan("mp"), api=API_OK)["problems"] == [
+        "the image differs between the nodes (by content ID): spark-1 sha256:085d8ea2e75d, spark-2 sha256:bbbbbbbbbbbb"]
+    # A report of the previous version (no content ID) is judged as before: not at all.
+    assert status_report(MP_NODES, "spark-1", plan=plan("mp"), api=API_OK)["verdict"] == "OK"

@@ -51,4 +51,5 @@ def test_python_without_vllm_says_where_it_looked():
     assert found["vllm"] is None
     assert found["python"]["site_packages"] == "/usr/lib/python3/dist-packages"
     assert found["packages"]["ray"] == "2.9.0"
-    assert found["notes"] == ["no vllm package in /usr/lib/python3/dist-packages"]
+    assert found["notes"] == ["no vllm package in /usr/lib/python3/dist-packages, nor a checkout under /opt, "
+                              "/workspace, /app, /vllm-workspace"]

@@ -9,9 +9,11 @@ import socket
 import tarfile
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerClient, DockerError
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_identity import content_id
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import (
     CONTENT_TYPE,
     ImageStream,
@@ -63,7 +65,7 @@ def free_port():
 
 def test_archive_identity_is_its_config_digest(tmp_path):
     path = make_archive(tmp_path / "image.tar")
-    image_id, tags, size = archive_image(path)
+    image_id, _content_id, tags, size = archive_image(path)
     with tarfile.open(path) as tar:
         config_name = json.load(tar.extractfile("manifest.json"))[0]["Config"]
         digest = hashlib.sha256(tar.extractfile(config_name).read()).hexdigest()
@@ -179,7 +181,7 @@ def test_local_image_is_identity_or_none(engine):
                  lambda req: req.json(200, {"Id": "sha256:abc", "RepoTags": ["demo/serving:v0"], "Size": 42}))
     engine.route("GET", "/images/demo/absent:v0/json", lambda req: req.json(404, {"message": "No such image"}))
     client = DockerClient(engine.host)
-    assert local_image(client, "demo/serving:v0") == ("sha256:abc", ["demo/serving:v0"], 42)
+    assert local_image(client, "demo/serving:v0") == ("sha256:abc", None, ["demo/serving:v0"], 42)
     assert local_image(client, "demo/absent:v0") is None
 
 
@@ -414,3 +416,39 @@ def test_a_relay_never_listens_on_every_address(address):
 def test_a_relay_on_a_port_in_use_says_so():
     with socket.create_server(("127.0.0.1", 0)) as busy, pytest.raises(TransferError, match=r"cannot listen on 127\.0\.0\.1:\d+ .*image_transfer_port"):
         Relay("node-b", "127.0.0.1", busy.getsockname()[1], "tok-b", deadline_s=5)
+
+
+# Recorded from real engines (tests/fixtures/image_identity/inspects.json): the same image on Docker 20.10 and
+# on 26.1's containerd image store, whose `docker save` is an OCI layout (blobs/sha256/...) with a manifest.json.
+RECORDED = json.loads((Path(__file__).parents[3] / "fixtures/image_identity/inspects.json").read_text())
+
+
+def _save(path, config_name, config):
+    data = json.dumps(config).encode()
+    with tarfile.open(path, "w") as tar:
+        for name, body in ((config_name, data), ("manifest.json", json.dumps(
+                [{"Config": config_name, "RepoTags": ["vllmops-ident/img:full"], "Layers": []}]).encode())):
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    return path
+
+
+@pytest.mark.parametrize(("saved_by", "config_name"), [
+    ("docker-20.10-save", "0a527dc7c8a11125cb190abcc3f0edef64167e1075ce5655e58c9ce32ae0b45f.json"),
+    ("docker-26-containerd-save", "blobs/sha256/0a527dc7c8a11125cb190abcc3f0edef64167e1075ce5655e58c9ce32ae0b45f"),
+])
+def test_an_archive_of_either_store_has_the_content_id_of_the_loaded_image(tmp_path, saved_by, config_name):
+    found = archive_image(_save(tmp_path / "image.tar", config_name, RECORDED["configs"]["full"][saved_by]))
+    assert found.image_id == "sha256:0a527dc7c8a11125cb190abcc3f0edef64167e1075ce5655e58c9ce32ae0b45f"
+    loaded = RECORDED["inspects"]["full"]
+    assert found.content_id == content_id(loaded["docker-20.10"]) == content_id(loaded["docker-26-containerd"])
+    assert loaded["docker-26-containerd"]["Id"] != found.image_id  # what a content ID is for
+
+
+def test_local_image_of_the_containerd_store_has_the_classic_stores_content_id(engine):
+    loaded = RECORDED["inspects"]["a"]
+    engine.route("GET", "/images/vllmops-ident/img:a/json", lambda req: req.json(200, loaded["docker-26-containerd"]))
+    found = local_image(DockerClient(engine.host), "vllmops-ident/img:a")
+    assert found.image_id == loaded["docker-26-containerd"]["Id"]
+    assert found.content_id == content_id(loaded["docker-20.10"])

@@ -195,3 +195,30 @@ def test_a_ray_without_auth_is_named_in_a_warning_and_the_summary():
 def test_a_ray_version_alone_says_the_image_has_ray():
     result = plan(TWO, dict(OLD_NO_RAY, ray_version="2.60.0"))
     assert result["backend"] == "ray" and result["ray"]["token_auth"] is True
+
+
+# Docker's containerd image store gives the same image another ID than the classic store: each node's units start
+# its own ID, and the nodes are compared by content ID.
+MIXED = [dict(node("node1", "10.88.0.2"), image_id="sha256:classic", image_content_id="sha256:content"),
+         dict(node("node2", "10.88.0.3"), image_id="sha256:containerd", image_content_id="sha256:content")]
+
+
+def test_each_member_starts_its_own_image_id_of_the_same_content():
+    result = plan(MIXED, dict(NEW, id="sha256:classic", content_id="sha256:content"))
+    assert {name: member["image_id"] for name, member in result["members"].items()} == {
+        "node1": "sha256:classic", "node2": "sha256:containerd"}
+    assert result["image_id"] == "sha256:classic"
+    assert result["image_content_id"] == "sha256:content"
+
+
+def test_a_node_without_its_own_id_starts_the_images():
+    result = plan(TWO, NEW)
+    assert {member["image_id"] for member in result["members"].values()} == {"sha256:new"}
+    assert result["image_content_id"] is None
+
+
+def test_a_node_holding_other_content_is_refused_by_name():
+    nodes = [MIXED[0], dict(MIXED[1], image_content_id="sha256:othercontent")]
+    with pytest.raises(PlanError, match=r"node2 sha256:othercontent holds another image than vllm/vllm-openai:v0.32.0 "
+                                        r"\(sha256:content, by content ID\)"):
+        plan(nodes, dict(NEW, id="sha256:classic", content_id="sha256:content"))
