@@ -12,9 +12,19 @@ interleaves, round by round:
 It calls the same module_utils code the module runs (Ansible's own start-up,
 about a second, is left out: it is the same for every variant) and prints
 medians and the three ratios the issue sets targets for.
+
+    .venv/bin/python benchmarks/image_probe_bench.py --baseline REV [--rounds N]
+
+compares this checkout's probe with the one of git revision REV instead,
+side by side: each round runs, in turn, a fresh process of each version
+on the same image and reader (the small image and the big one through the
+overlay2 layers, the small one through a created container), timing the
+cold probe inside the process. It also times the seeds' layout (a source
+checkout installed editable into a venv), which REV may not find at all.
 """
 
 import argparse
+import json
 import statistics
 import subprocess
 import sys
@@ -44,10 +54,66 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
+# One cold probe in a fresh process of the collection under argv[1]; prints seconds and what it found.
+_WORKER = """
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerClient
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.probe import probe_image
+docker = DockerClient()
+start = time.perf_counter()
+found = probe_image(docker, sys.argv[2], use_cache=False, backend=sys.argv[3])
+print(json.dumps([time.perf_counter() - start, (found["vllm"] or {}).get("version")]))
+"""
+
+
+def cold_probe(collections: Path, image: str, backend: str) -> tuple[float, str | None]:
+    code, out, err = run([sys.executable, "-c", _WORKER, str(collections), image, backend])
+    if code:
+        raise SystemExit(f"probe of {image} failed: {err[-2000:]}")
+    seconds, version = json.loads(out)
+    return seconds, version
+
+
+def baseline_tree(rev: str, into: Path) -> Path:
+    """REV's plugins as an importable collection under into/."""
+    target = into / "ansible_collections/vllmops/cluster"
+    target.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "plugins"], capture_output=True, check=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
+    return into
+
+
+def compare(rev: str, rounds: int) -> int:
+    images = probe_images.build_all()
+    variants = {"small overlay2": (images["vllm-0.16.0"], "auto"), "big overlay2": (images["big"], "auto"),
+                "small container": (images["vllm-0.16.0"], "container"),
+                "seeds' layout": (images["src-editable-finder"], "auto")}
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {rev: baseline_tree(rev, Path(tmp)), "this checkout": ROOT / "collections"}
+        samples = {(name, tree): [] for name in variants for tree in trees}
+        found = {}
+        for _ in range(rounds):
+            for name, (image, backend) in variants.items():
+                for tree, path in trees.items():
+                    seconds, found[name, tree] = cold_probe(path, image, backend)
+                    samples[name, tree].append(seconds)
+    print(f"cold probe, median of {rounds} interleaved rounds (fresh process each, start-up not counted)")
+    print(f"{'variant':<16} {rev[:12]:>14} {'this checkout':>14} {'ratio':>7}   vLLM found (before / now)")
+    for name in variants:
+        before, now = (statistics.median(samples[name, tree]) for tree in trees)
+        print(f"{name:<16} {before:13.3f}s {now:13.3f}s {now / before:7.2f}   "
+              f"{found[name, rev]} / {found[name, 'this checkout']}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--baseline", metavar="REV", help="compare with the probe of this git revision")
     args = parser.parse_args()
+    if args.baseline:
+        return compare(args.baseline, args.rounds)
     images = probe_images.build_all()
     small, big = images["vllm-0.16.0"], images["big"]
     docker = DockerClient()
