@@ -13,8 +13,8 @@ description:
   - The verdict is C(DEGRADED) when a node did not answer, a node is not in Ray or Ray counts another number of
     alive nodes (Ray backend), a machine the inventory does not name is in the cluster (an alive Ray node, or
     connected to a node's cluster ports, O(peers)), a node that runs vLLM has its unit down, the nodes hold
-    different images (by content ID: the C(IMAGE) column shows it, which the same image has on Docker's classic and
-    containerd image stores), or the head's API does not list its models;
+    different images (compared by content ID, which the same image has on Docker's classic and containerd image
+    stores; the C(IMAGE) column shows it), or the head's API does not list its models;
     also when the head watchdog has a record but its timer does not run, vLLM refuses its check (a key or model name
     it does not know), or it reached its restart limit while vLLM still fails.
   - With O(health), lines on the head watchdog - its timer, the last check, the last event (when, what it saw, what

@@ -14,7 +14,7 @@ VENV_SITE = "/opt/vllm-env/lib/python3.11/site-packages"
 LAYOUTS = {
     "src-editable-finder": ("/opt/vllm/vllm", "0.16.0", "editable", f"{VENV_SITE}/__editable___vllm_0_16_0_finder.py",
                             VENV_SITE),
-    "src-editable-pth": ("/opt/vllm/vllm", "0.16.0+precompiled", "editable",
+    "src-editable-pth": ("/opt/vllm/vllm", "0.16.0", "editable",
                          f"{VENV_SITE}/__editable__.vllm-0.16.0+precompiled.pth", VENV_SITE),
     "src-egg-link": ("/opt/vllm/vllm", "0.16.0", "editable", "/usr/local/lib/python3.11/dist-packages/vllm.egg-link",
                      "/usr/local/lib/python3.11/dist-packages"),

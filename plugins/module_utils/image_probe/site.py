@@ -44,7 +44,7 @@ def venv_python(pyvenv_cfg: str) -> str | None:
     """3.X from a venv's pyvenv.cfg (``version = 3.11.2`` from venv, ``version_info = 3.11.2.final.0`` from
     virtualenv and uv)."""
     for line in pyvenv_cfg.splitlines():
-        key, _, value = line.partition("=")
+        key, _sep, value = line.partition("=")
         match = re.match(r"\s*(3\.\d+)", value)
         if key.strip() in ("version", "version_info") and match:
             return match.group(1)
