@@ -8,8 +8,9 @@ from conftest import HEAD, WORKER
 
 def test_an_unreachable_node_fails_preflight_and_nothing_changes(cluster):
     before = cluster.state()[HEAD]
-    # Existing sessions (Ansible's multiplexed SSH connections) end too.
-    cluster.on(WORKER, "sh", "-c", "systemctl stop ssh.service ssh.socket; pkill -f '^sshd: ' || true")
+    # Existing sessions (Ansible's multiplexed SSH connections) end too: "sshd: user..." up to OpenSSH 9.7,
+    # "sshd-session: user..." from 9.8 (Debian 13).
+    cluster.on(WORKER, "sh", "-c", "systemctl stop ssh.service ssh.socket; pkill -f '^sshd(-session)?: ' || true")
     try:
         run = cluster.deploy(serve_args={"max_model_len": 2048})
     finally:
