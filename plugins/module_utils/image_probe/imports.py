@@ -124,7 +124,7 @@ def _has_vllm(files, root: str) -> bool:
     return files.read_bytes(posixpath.join(root, "vllm/__init__.py")) is not None
 
 
-def _is_checkout(files, root: str) -> bool:
+def _has_vllm_tree(files, root: str) -> bool:
     return _has_vllm(files, root) and files.read_bytes(posixpath.join(root, "vllm/entrypoints/__init__.py")) is not None
 
 
@@ -150,7 +150,7 @@ class _Resolver:
                     roots += [posixpath.join(base, name) for name in self.files.listdir(base) or []]
                 else:
                     roots += [posixpath.join(base, name) for name in _CHECKOUT_NAMES]
-            self._checkouts = [r for r in dict.fromkeys(roots) if _is_checkout(self.files, r)]
+            self._checkouts = [r for r in dict.fromkeys(roots) if _has_vllm_tree(self.files, r)]
         return self._checkouts
 
     def pth_names(self, site_dir: str) -> list[str]:
