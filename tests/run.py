@@ -10,12 +10,17 @@ yamllint, ansible-lint (profile production), ruff, pytest (unit), pytest
 (integration: modules through Ansible against real images), ansible-test
 sanity on plugins/, the built collection installed and used, the docs
 (antsibull-docs, antsibull-changelog, ansible-builder create), the molecule
-scenarios, and `make sandbox` run twice (the second run must change nothing).
-`--only NAME` (repeatable) runs a subset. The molecule scenarios start in the
-background after `oldest`, while the gates from yamllint to docs run; their
-output is printed when they end. Once those gates are done, the sandbox's
-images are built beside molecule (`make sandbox-images`); the sandbox gate
-runs alone, last. The summary repeats the last lines of each failed gate.
+scenarios, `make sandbox` run twice (the second run must change nothing) and
+tests/e2e on it, and the Ray backend's stories on a second sandbox
+(tests/e2e_ray). `--only NAME` (repeatable) runs a subset. The molecule
+scenarios start in the background after `oldest`, while the gates from
+yamllint to docs run; their output is printed when they end. Once those gates
+are done, the sandboxes' images are built beside molecule (`make
+sandbox-images`); the sandbox gate and the ray gate run last, side by side (the
+ray gate's output is printed when it ends). The summary gives each gate's time
+against its budget (docs/development.md, "Time budget") and the total against
+2700 s, names a gate over its budget, and repeats the last lines of each failed
+gate.
 """
 
 from __future__ import annotations
@@ -32,6 +37,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+# The suite's whole budget (CI stops a run at 5400 s; this leaves room to grow).
+TOTAL_BUDGET_S = 2700
+# Each gate's budget in seconds: the table under "### Time budget" there (one owner: the docs).
+BUDGETS_DOC = ROOT / "docs/development.md"
 
 
 OLDEST = ROOT / ".venv-oldest/bin"  # `make venv-oldest`: the oldest supported ansible-core
@@ -222,9 +231,9 @@ def gate_oldest() -> int:
 
 
 def molecule_command() -> tuple[list[str], dict]:
-    """Every scenario under molecule/, each on the base config that molecule
-    finds from the repository root (.config/molecule/config.yml). The ray
-    scenario's verify step is pytest (molecule/ray/tests), found on PATH."""
+    """Every scenario under molecule/ (default, gpu, nccl), each on the base
+    config that molecule finds from the repository root
+    (.config/molecule/config.yml)."""
     return [tool("molecule"), "test", "--all"], dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}")
 
 
@@ -235,10 +244,10 @@ def gate_molecule() -> int:
 
 def sandbox_images_command() -> tuple[list[str], dict]:
     """What `make sandbox` builds before its nodes start (real vLLM's image and
-    its archive, the tiny model), built while the molecule scenarios run once
-    the gates beside them are done: the ray scenario's stories leave about a
-    fifth of the cores idle (they wait on Ray and on vLLM's starts), and on a
-    fresh machine (CI) the build takes minutes."""
+    its archive, the tiny model) and what the second sandbox uses (the Ray
+    stand-in's archive, the toolkit repository), built while the molecule
+    scenarios run once the gates beside them are done (on a fresh machine, CI,
+    the build takes minutes)."""
     return (["make", "--no-print-directory", "sandbox-images"],
             dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}"))
 
@@ -275,6 +284,17 @@ def gate_sandbox() -> int:
         sh([*make, "sandbox-down"], env=env)
 
 
+def ray_command() -> tuple[list[str], dict]:
+    """The Ray backend's stories (tests/e2e_ray) on a second sandbox of their own, which they start and remove."""
+    return ([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "--durations=15", "tests/e2e_ray"],
+            dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}"))
+
+
+def gate_ray() -> int:
+    argv, env = ray_command()
+    return sh(argv, env=env)
+
+
 GATES = {
     "harness": gate_harness,
     "oldest": gate_oldest,  # alone: it builds its venv (CI: on a fresh machine) and failed once beside molecule
@@ -288,18 +308,18 @@ GATES = {
     "docs": gate_docs,
     "molecule": gate_molecule,
     "sandbox": gate_sandbox,
+    "ray": gate_ray,  # in the background beside sandbox: the two sandboxes side by side
 }
 
 
 # These gates only read the checkout and use this machine's CPU. They run
 # while the molecule scenarios start (creating nodes, installing packages in
-# them and converging wait on apt, SSH and Docker much of the time); by the
-# time the ray scenario's timed stories run they are done. The sandbox gate
-# runs alone: real vLLM starting on 2 cores shared with other work has
-# stalled, and with the sandbox gate beside molecule the whole suite took
-# 4108 s (about 4 min less than one after the other) while the ray
-# scenario's head move timed out waiting for Ray under the load.
+# them and converging wait on apt, SSH and Docker much of the time). The
+# sandbox gate and the ray gate (two sandboxes) run side by side, last.
 BESIDE_MOLECULE = ("yamllint", "ansible-lint", "ruff", "pytest", "integration", "sanity", "package", "docs")
+# The Ray backend's stories run on a second sandbox of their own (tests/e2e_ray), beside the sandbox gate: each
+# leaves the cores idle much of the time (waiting on vLLM, Ray, the watchdogs' windows) that the other uses.
+BESIDE_SANDBOX = ("ray",)
 
 
 class Background:
@@ -327,6 +347,37 @@ class Background:
             self.proc.wait()
 
 
+def budgets(doc: Path = BUDGETS_DOC) -> dict[str, int]:
+    """Gate -> seconds, from the rows `| `gate` | seconds | ... |` of the "### Time budget" table."""
+    found, inside = {}, False
+    for line in doc.read_text().splitlines():
+        if line.startswith("#"):
+            inside = line.strip() == "### Time budget"
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if inside and len(cells) >= 2 and cells[0].startswith("`") and cells[1].isdigit():
+            found[cells[0].strip("`")] = int(cells[1])
+    return found
+
+
+def budget_report(results: list[tuple[str, int, float]], total: float, budget: dict[str, int]) -> list[str]:
+    """The summary's rows: each gate's time against its budget, the total against TOTAL_BUDGET_S, and the gates
+    that went over, by name."""
+    rows, over = [], []
+    for name, rc, seconds in results:
+        allowed = budget.get(name)
+        mark = "" if allowed is None or seconds <= allowed else "  OVER"
+        if mark:
+            over.append(f"{name} ({seconds:.0f} s of {allowed} s)")
+        rows.append(f"{'PASS' if rc == 0 else 'FAIL'}  {name:<13} {seconds:7.1f} s"
+                    f"{f' of {allowed:5d} s' if allowed is not None else ' (no budget)':>12}{mark}")
+    rows.append(f"total {total:.0f} s of {TOTAL_BUDGET_S} s ({100 * total / TOTAL_BUDGET_S:.0f} %)"
+                + ("  OVER" if total > TOTAL_BUDGET_S else ""))
+    if over:
+        rows.append("over budget: " + ", ".join(over) + " (docs/development.md, Time budget)")
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append", choices=list(GATES), help="run only this gate (repeatable)")
@@ -334,7 +385,7 @@ def main() -> int:
     selected = [name for name in GATES if not args.only or name in args.only]
     results, endings = [], {}
     began = time.monotonic()
-    molecule = images = None
+    molecule = images = ray = None
     sys.stdout = tail = Tail(sys.stdout)
     try:
         for name in selected:
@@ -350,27 +401,39 @@ def main() -> int:
             if name == "molecule" and molecule is not None:
                 rc = molecule.wait()
                 started = molecule.started
-            elif name == "sandbox" and images is not None:
+            elif name == "sandbox":
+                # What both sandboxes use is built first (beside molecule when it ran), never by both at once.
                 print("(waiting for the sandbox's images)", flush=True)
-                rc = images.wait() or GATES[name]()
+                argv, env = sandbox_images_command()
+                rc = images.wait() if images is not None else sh(argv, env=env)
+                started = time.monotonic()
+                if "ray" in selected and not rc:
+                    print("\n===== ray (started, beside sandbox: a second sandbox of its own) =====", flush=True)
+                    ray = Background(*ray_command())
+                rc = rc or GATES[name]()
+            elif name == "ray" and ray is not None:
+                rc = ray.wait()
+                started = ray.started
             else:
                 rc = GATES[name]()
             results.append((name, rc, time.monotonic() - started))
             if rc:
                 endings[name] = tail.take()
     finally:
-        for background in (molecule, images):
+        for background in (molecule, images, ray):
             if background is not None:
                 background.stop()
     for name, lines in endings.items():
         print(f"\n===== how {name} ended =====", *lines, sep="\n")
+    total = time.monotonic() - began
     print("\n===== summary =====")
-    for name, rc, seconds in results:
-        print(f"{'PASS' if rc == 0 else 'FAIL'}  {name:<13} {seconds:7.1f} s")
+    print(*budget_report(results, total, budgets()), sep="\n")
     if molecule is not None:
         print(f"(molecule ran beside {', '.join(n for n in selected if n in BESIDE_MOLECULE)}: its time includes theirs)")
+    if ray is not None:
+        print("(ray ran beside sandbox: its time includes the sandbox gate's)")
     failed = sum(1 for _, rc, _ in results if rc != 0)
-    print(f"{len(results) - failed} passed, {failed} failed in {time.monotonic() - began:.0f} s")
+    print(f"{len(results) - failed} passed, {failed} failed in {total:.0f} s")
     return 1 if failed else 0
 
 

@@ -172,7 +172,9 @@ def api():
 
 @pytest.fixture
 def node(tmp_path):
-    """A PATH whose systemctl shows an old, active unit and records restarts; the env file; the state path."""
+    """A PATH whose systemctl shows an active unit (active since boot) and records restarts; the env file; the state
+    path. The unit is past its grace whatever the machine's uptime: watchdog_run gives --grace 0 (the grace itself is
+    test_when_it_acts')."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     calls = tmp_path / "systemctl.calls"
@@ -191,7 +193,8 @@ def node(tmp_path):
 
 def watchdog_run(node, api, *extra):
     argv = [sys.executable, str(SCRIPT), "--url", api.url, "--model", "tiny", "--unit", "vllmops-vllm", "--mode", "ray",
-            "--env-file", str(node["env"]), "--state", str(node["state"]), "--timeout", "1", "--failures", "2", *extra]
+            "--env-file", str(node["env"]), "--state", str(node["state"]), "--timeout", "1", "--failures", "2", "--grace", "0",
+            *extra]
     proc = subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, PATH=node["path"]), timeout=30)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout, json.loads(node["state"].read_text())

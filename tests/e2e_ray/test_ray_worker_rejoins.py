@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import WORKER
+from ray_cluster import WORKER
 
 
 def test_a_killed_worker_comes_back_and_rejoins_ray(cluster):

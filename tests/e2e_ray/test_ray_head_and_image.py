@@ -1,5 +1,5 @@
 """Changes of the serving image an operator makes on purpose (the head moved
-to another node is tests/test_grow_and_remove.py): an image upgrade, with one
+to another node is test_ray_grow_and_remove.py): an image upgrade, with one
 more flag, whose server hangs at start, rolled back to the previous image and
 configuration automatically (Ray's units too); an upgrade that passes, then
 playbooks/rollback.yml back to the previous image by its ID, even where its
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import HEAD, WORKER
+from ray_cluster import HEAD, STANDIN, WORKER
 
 # What these changes touch (the plays of the other roles have nothing to do).
 TAGS = ("--tags", "image,ray_cluster,api_proxy,vllm_serve")
@@ -24,11 +24,21 @@ def serving_images(cluster) -> dict:
             for node, found in cluster.running_images().items()}
 
 
-def variant(cluster, tag: str, *lines: str) -> str:
-    """An image built on the head from the serving image, with a few more lines; its ID."""
+def image_ids(cluster, name: str) -> dict:
+    """Node -> the ID an image has there (node2 keeps its images in containerd's store, where the same content has
+    another ID than in node1's classic store)."""
+    return {node: cluster.on(node, "docker", "image", "inspect", "--format", "{{.Id}}", name) for node in (HEAD, WORKER)}
+
+
+def runs(cluster, ids: dict) -> bool:
+    """Whether every serving container on each node runs that node's ID of one image."""
+    return all(set(found.values()) == {ids[node]} for node, found in serving_images(cluster).items())
+
+
+def variant(cluster, tag: str, *lines: str) -> None:
+    """An image built on the head from the serving image, with a few more lines."""
     dockerfile = "\n".join([f"FROM {cluster.vars['vllmops_image']}", *lines]) + "\n"
     cluster.on(HEAD, "sh", "-c", f'printf "%s" "$1" | DOCKER_BUILDKIT=0 docker build --quiet --tag {tag} -', "sh", dockerfile)
-    return cluster.on(HEAD, "docker", "image", "inspect", "--format", "{{.Id}}", tag)
 
 
 def serving_env(cluster, name: str) -> dict:
@@ -47,48 +57,48 @@ def kept(cluster, node: str, which: str) -> str:
 
 
 def test_an_upgrade_whose_server_hangs_at_start_goes_back_to_the_previous_image_and_flags_ray_included(cluster):
-    base = cluster.image_id(HEAD)
+    base = image_ids(cluster, cluster.vars["vllmops_image"])
     before, args = serving_images(cluster), cluster.vllm_args()
-    assert {image for found in before.values() for image in found.values()} == {base}, before
-    bad = variant(cluster, "vllmops-sandbox/vllm-openai:v0.33.0-hang", "ENV VLLMOPS_STANDIN_FAIL=hang")
+    assert runs(cluster, base), before
+    variant(cluster, STANDIN + "-hang", "ENV VLLMOPS_STANDIN_FAIL=hang")
 
     # It never answers, and its log stops moving: diagnosed after the hang window (vllm_serve_hang_window).
     run = cluster.deploy(*TAGS, serve_args={"max_num_seqs": 8},
-                         extra={"vllmops_image": "vllmops-sandbox/vllm-openai:v0.33.0-hang"})
+                         extra={"vllmops_image": STANDIN + "-hang"})
     assert run.rc != 0, run
     assert "new configuration: hang" in str(run), run
     assert "Rolled back every node to the last working configuration: healthy again." in str(run), run
-    assert bad not in str(serving_images(cluster))
     assert serving_images(cluster) == before
     assert cluster.vllm_args() == args
     assert cluster.complete("rolled back", 3)["usage"]["completion_tokens"] == 3
 
 
 def test_a_passing_upgrade_then_rollback_yml_serves_the_previous_image_by_its_id(cluster):
-    name = cluster.vars["vllmops_image"]
-    base = cluster.image_id(HEAD)
-    new = variant(cluster, "vllmops-sandbox/vllm-openai:v0.33.1", "LABEL io.vllmops.test=upgrade")
+    name, newer = cluster.vars["vllmops_image"], STANDIN.replace("v0.33.0", "v0.33.1")
+    base = image_ids(cluster, name)
+    variant(cluster, newer, "LABEL io.vllmops.test=upgrade")
 
-    up = cluster.deploy("--tags", "nccl," + TAGS[1], extra={"vllmops_image": "vllmops-sandbox/vllm-openai:v0.33.1",
+    up = cluster.deploy("--tags", "nccl," + TAGS[1], extra={"vllmops_image": newer,
                                                            "nccl_env": {"NCCL_MIN_NCHANNELS": "4"}})
     assert up.rc == 0, up
-    assert {image for found in serving_images(cluster).values() for image in found.values()} == {new}
+    new = image_ids(cluster, newer)
+    assert runs(cluster, new), (serving_images(cluster), new)
     tuned = serving_env(cluster, "NCCL_MIN_NCHANNELS")
     assert {value for found in tuned.values() for value in found.values()} == {"4"}, tuned
-    assert (kept(cluster, WORKER, "last-good"), kept(cluster, WORKER, "previous")) == (new, base)
+    assert (kept(cluster, WORKER, "last-good"), kept(cluster, WORKER, "previous")) == (new[WORKER], base[WORKER])
 
     # The old name no longer points at the old content on node2: the units name it by ID, the kept tag holds it.
     cluster.on(WORKER, "docker", "image", "rm", name)
     try:
         back = cluster.playbook("playbooks/rollback.yml")
         assert back.rc == 0, back
-        assert {image for found in serving_images(cluster).values() for image in found.values()} == {base}
+        assert runs(cluster, base), (serving_images(cluster), base)
         untuned = serving_env(cluster, "NCCL_MIN_NCHANNELS")
         assert {value for found in untuned.values() for value in found.values()} == {None}, untuned
         assert "NCCL_MIN_NCHANNELS" not in cluster.on(WORKER, "cat", "/etc/vllmops/cluster.env")
         assert cluster.complete("gone back", 3)["usage"]["completion_tokens"] == 3
-        assert (kept(cluster, WORKER, "last-good"), kept(cluster, WORKER, "previous")) == (base, new)
+        assert (kept(cluster, WORKER, "last-good"), kept(cluster, WORKER, "previous")) == (base[WORKER], new[WORKER])
     finally:
-        cluster.on(WORKER, "docker", "tag", base, name)
+        cluster.on(WORKER, "docker", "tag", base[WORKER], name)
 
     assert cluster.healthy()

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from conftest import HEAD, NODE3, WORKER
+from ray_cluster import HEAD, NODE3, WORKER
 
 HEAD_ONLY = {"vllmops-ray-head.service", "vllmops-vllm.service", "vllmops-api-proxy.service",
              "vllmops-vllm-health.timer"}
@@ -56,7 +56,8 @@ def test_a_third_node_joins_as_the_head_moves_then_is_refused_once_deleted_and_t
         status = cluster.playbook("playbooks/status.yml", extra=moved, node3=True, as_json=False).stdout
         for node, row in ((WORKER, "head .* yes +active healthy"), (HEAD, "worker .* yes +-"), (NODE3, "worker .* yes +-")):
             assert re.search(f"{node} +{row}", status), (node, status[-3000:])
-        assert "served model: qwen3-molecule; Ray: 3 alive node(s), 3.0 GPU(s)" in status, status[-3000:]
+        served = cluster.vars["vllm_serve_served_model_name"]
+        assert f"served model: {served}; Ray: 3 alive node(s), 3.0 GPU(s)" in status, status[-3000:]
 
         # Deleted from the inventory, its Ray worker still running: refused before anything changes.
         node3_ip = cluster.cluster_ip(NODE3)
@@ -75,7 +76,7 @@ def test_a_third_node_joins_as_the_head_moves_then_is_refused_once_deleted_and_t
                                                                     "remove_node_purge": True})
     assert out.rc == 0, out
     assert ours(NODE3, cluster) == "", "left on node3 after remove_node.yml"
-    left = cluster.on(NODE3, "sh", "-c", "ls -d /etc/vllmops /srv/models/sandbox-qwen3 2>/dev/null;"
+    left = cluster.on(NODE3, "sh", "-c", f"ls -d /etc/vllmops {cluster.model_dir} 2>/dev/null;"
                       " docker images --quiet; nft list table inet vllmops 2>/dev/null | head -1; true")
     assert left == "", f"left on node3 by the purge: {left}"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import HEAD, WORKER
+from ray_cluster import HEAD, WORKER
 
 
 def status(cluster, until: str = "", timeout: float = 60) -> str:

@@ -2,7 +2,7 @@
 worker process is killed inside the vLLM container, /health and /v1/models
 still answer 200 and completions hang - what users report of vLLM when a
 worker died. The head watchdog (vllmops-vllm-health, settings in
-molecule.yml: a check every 3 s with a 3 s deadline, 2 failures, at most 1
+ray_cluster.ray_vars(): a check every 3 s with a 3 s deadline, 2 failures, at most 1
 restart in 600 s) restarts vLLM on the head, records what it saw and did,
 and status.yml shows it. The same failure again, within the window: it does
 not restart, says so, and status.yml says DEGRADED. The story then restarts
@@ -16,7 +16,7 @@ import time
 import urllib.error
 
 import pytest
-from conftest import HEAD
+from ray_cluster import HEAD
 
 STATE = "/var/lib/vllmops/vllm-health.json"
 TIMER = "vllmops-vllm-health.timer"

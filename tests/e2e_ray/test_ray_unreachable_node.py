@@ -3,7 +3,7 @@ anywhere, not even on the nodes that can be reached."""
 
 from __future__ import annotations
 
-from conftest import HEAD, WORKER
+from ray_cluster import HEAD, WORKER
 
 
 def test_an_unreachable_node_fails_preflight_and_nothing_changes(cluster):

@@ -1,24 +1,44 @@
-"""What converge (and molecule's re-run of it) left: read only."""
+"""The sandbox as a Ray deployment (tests/e2e/ray_cluster.py): what the switch to Ray (every play) and its
+re-run left. Read only."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 
 from ansible_collections.vllmops.cluster.plugins.filter.container_memory import container_memory
-from conftest import HEAD, RAY_UNITS, WORKER
+from ray_cluster import HEAD, RAY_UNITS, WORKER
+
+RAY_TOKEN, RAY_SESSIONS = "/etc/vllmops/ray/auth_token", "/var/lib/vllmops/ray"
 
 
-def test_image_reached_node2_once_and_both_nodes_hold_the_same_image(cluster, first_converge):
-    for node in RAY_UNITS:
-        assert first_converge[node]["image_copied_to"] == [WORKER], first_converge[node]
-    assert len(set(cluster.at_start["images"].values())) == 1, cluster.at_start["images"]
+def test_the_image_reached_node2_once_and_both_nodes_hold_the_same_image(cluster):
+    # node1 held the stand-in already (loaded by hand): only node2 lacked it
+    assert cluster.converged["image_copied_to"] == {node: [WORKER] for node in RAY_UNITS}, cluster.converged
+    # the same content (its layers) on both, under another ID on node2 (containerd's image store)
+    layers = {node: cluster.on(node, "docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}",
+                               cluster.vars["vllmops_image"]) for node in RAY_UNITS}
+    assert len(set(layers.values())) == 1, layers
 
 
-def test_the_rerun_restarted_neither_ray_nor_vllm(cluster, first_converge):
-    for node in RAY_UNITS:
-        assert cluster.at_start["ray_started"][node] == first_converge[node]["ray_started"], node
-    assert cluster.at_start["vllm_started"] == first_converge[HEAD]["vllm_started"]
+def test_the_rerun_changed_nothing_and_restarted_neither_ray_nor_vllm(cluster):
+    assert cluster.converged["rerun_changed"] == {node: 0 for node in RAY_UNITS}, cluster.converged
+    assert cluster.converged["rerun_fast"], "the re-run did not take deploy.yml's fast path"
+    assert cluster.at_start["ray_started"] == cluster.converged["ray_started"]
+    assert cluster.at_start["vllm_started"] == cluster.converged["vllm_started"]
+
+
+def test_vllm_runs_over_ray_on_the_head_and_node2_runs_only_rays_worker(cluster):
+    unit = cluster.on(HEAD, "cat", "/etc/systemd/system/vllmops-vllm.service").replace("\\\n", "")
+    assert "--distributed-executor-backend ray" in unit, unit
+    assert cluster.on(WORKER, "ls", "/etc/systemd/system/vllmops-vllm.service", check=False) == ""
+    assert cluster.inspect(WORKER, "vllmops-vllm") == {}
+    # the stand-in's Ray (2.60) has token authentication: a 0600 token on each node, Ray's session files closed
+    for node, ray_unit in RAY_UNITS.items():
+        assert cluster.on(node, "stat", "--format", "%a", RAY_TOKEN, RAY_SESSIONS).split() == ["600", "700"], node
+        text = cluster.on(node, "cat", f"/etc/systemd/system/{ray_unit}.service").replace("\\\n", "")
+        assert "RAY_AUTH_TOKEN_PATH=" + RAY_TOKEN in text, (node, text)
 
 
 def test_ray_units_are_enabled_active_and_restart_always(cluster):
@@ -31,10 +51,10 @@ def test_ray_units_are_enabled_active_and_restart_always(cluster):
 def test_ray_has_exactly_the_inventory_nodes_on_the_cluster_network(cluster):
     expected = {node: {"address": cluster.cluster_ip(node), "gpus": 1} for node in RAY_UNITS}
     info = cluster.module("vllmops.cluster.ray_cluster_info", {"expected_nodes": expected, "timeout": 30})
-    assert (info["alive_nodes"], info["gpus"], info["unexpected"]) == (2, 2, [])
+    assert (info["alive_nodes"], info["gpus"], info["unexpected"]) == (2, 2, []), info
     alive = [node["address"] for node in info["nodes"] if node["alive"]]
     assert sorted(alive) == sorted(item["address"] for item in expected.values())
-    assert all(re.match(r"10\.66\.0\.", address) for address in alive), alive
+    assert all(ipaddress.ip_address(address) in cluster.cluster_cidr for address in alive), (alive, cluster.cluster_cidr)
 
 
 def test_a_tp2_serve_over_ray_starts_and_tp3_is_refused_for_want_of_gpus(cluster):
@@ -51,10 +71,11 @@ def test_the_endpoint_answers_from_this_machine_with_the_key_only(cluster):
     key, name = cluster.vars["vllm_serve_api_key"], cluster.vars["vllm_serve_served_model_name"]
     assert cluster.get("/health")[0] == 200
     status, models = cluster.get("/v1/models", key)
-    assert status == 200 and [model["id"] for model in models["data"]] == [name]
+    assert status == 200 and [model["id"] for model in models["data"]] == [name], models
     assert cluster.complete("Say hello", 5)["usage"]["completion_tokens"] == 5
     assert cluster.get("/v1/models")[0] == 401
-    assert cluster.get("/metrics")[0] == 401 and cluster.get("/metrics", key)[0] == 404  # the proxy's allow list
+    # the sandbox's proxy passes /metrics with the key (api_proxy_metrics), never without
+    assert cluster.get("/metrics")[0] == 401 and cluster.client.request("/metrics", key=key)[0] == 200
 
 
 def test_vllm_runs_tp2_with_the_api_key_in_a_0600_file_only(cluster):
@@ -69,7 +90,7 @@ def _container(cluster, node: str, name: str) -> dict:
 
 
 def test_the_rdma_node_s_serving_containers_get_its_verbs_device_and_ipc_lock_and_the_other_none(cluster):
-    # node2 has an InfiniBand port (prepare.yml); node1 none: NCCL uses sockets there.
+    # node2 has an InfiniBand port (ray_cluster.NODE2_RDMA); node1 none: NCCL uses sockets there.
     unit = cluster.on(WORKER, "cat", "/etc/systemd/system/vllmops-ray-worker.service")
     assert "--device /dev/infiniband/uverbs0" in unit and "--cap-add IPC_LOCK" in unit, unit
     worker = _container(cluster, WORKER, "vllmops-ray-worker")
