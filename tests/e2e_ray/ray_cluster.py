@@ -93,6 +93,10 @@ def ray_vars() -> dict:
         "vllmops_image": STANDIN, "image_archive": "", "vllmops_backend": "ray",
         "nccl_sysfs_root": f"{{{{ '{RDMA_SYSFS}' if inventory_hostname == '{WORKER}' else '/sys' }}}}",
         "ray_cluster_restart_sec": 3,
+        # Ray forming again after the head moved (test_ray_grow_and_remove.py) took more than the role's 180 s
+        # here while the first sandbox's tests shared the 2 cores (and less than 180 s alone): a bound for this
+        # machine, not a figure of Ray's.
+        "ray_cluster_wait_timeout": 600,
         "vllm_serve_ready_timeout": 120, "vllm_serve_hang_window": 20,
         "vllm_serve_health_interval": 3, "vllm_serve_health_timeout": 3, "vllm_serve_health_failures": 2,
         "vllm_serve_health_max_restarts": 1, "vllm_serve_health_window": 600,
