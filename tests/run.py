@@ -31,6 +31,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -330,9 +331,15 @@ class Background:
         print(f"$ {' '.join(argv)}  (in the background; its output follows its end)", flush=True)
         fd, name = tempfile.mkstemp(prefix="vllmops-gate-", suffix=".log")
         self.log = Path(name)
-        self.started = time.monotonic()
+        self.started, self.ended = time.monotonic(), None
         self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=fd, stderr=subprocess.STDOUT)
         os.close(fd)
+        # When it ended, which may be before anyone waits for it (its time in the summary).
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        self.proc.wait()
+        self.ended = time.monotonic()
 
     def wait(self) -> int:
         rc = self.proc.wait()
@@ -397,10 +404,10 @@ def main() -> int:
                 images = Background(*sandbox_images_command())
             print(f"\n===== {name} =====", flush=True)
             tail.take()
-            started = time.monotonic()
+            started, ended = time.monotonic(), None
             if name == "molecule" and molecule is not None:
                 rc = molecule.wait()
-                started = molecule.started
+                started, ended = molecule.started, molecule.ended
             elif name == "sandbox":
                 # What both sandboxes use is built first (beside molecule when it ran), never by both at once.
                 print("(waiting for the sandbox's images)", flush=True)
@@ -413,10 +420,10 @@ def main() -> int:
                 rc = rc or GATES[name]()
             elif name == "ray" and ray is not None:
                 rc = ray.wait()
-                started = ray.started
+                started, ended = ray.started, ray.ended
             else:
                 rc = GATES[name]()
-            results.append((name, rc, time.monotonic() - started))
+            results.append((name, rc, (ended or time.monotonic()) - started))
             if rc:
                 endings[name] = tail.take()
     finally:
