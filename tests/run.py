@@ -411,8 +411,11 @@ def main() -> int:
             elif name == "sandbox":
                 # What both sandboxes use is built first (beside molecule when it ran), never by both at once.
                 print("(waiting for the sandbox's images)", flush=True)
-                argv, env = sandbox_images_command()
-                rc = images.wait() if images is not None else sh(argv, env=env)
+                if images is None:
+                    argv, env = sandbox_images_command()
+                    rc = sh(argv, env=env)
+                else:
+                    rc = images.wait()
                 started = time.monotonic()
                 if "ray" in selected and not rc:
                     print("\n===== ray (started, beside sandbox: a second sandbox of its own) =====", flush=True)

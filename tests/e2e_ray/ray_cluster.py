@@ -13,6 +13,7 @@ is what those extra vars describe.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import os
@@ -78,8 +79,7 @@ def down() -> None:
 
 def standin_archive() -> str:
     """The stand-in image as a `docker save` archive (tests/sandbox/serving/serving_image.py, cached)."""
-    return subprocess.run([sys.executable, str(ROOT / "tests/sandbox/serving/serving_image.py"), "archive"],
-                          capture_output=True, text=True, check=True).stdout.strip()
+    return _tool(str(ROOT / "tests/sandbox/serving/serving_image.py"), "archive")
 
 
 def ray_vars() -> dict:
@@ -145,9 +145,10 @@ class RayCluster:
         self.model_dir = f"/srv/models/{serve['vllm_serve_model']}"
         self.vars = {**serve, **ray_vars()}
 
-    @property
+    @functools.cached_property
     def client(self) -> ApiClient:
-        """The API as a client has it: the proxy on the head, the key and CA the deployment generated."""
+        """The API as a client has it: the proxy on the head, the key and CA the deployment generated (read once,
+        after the converge wrote them)."""
         return ApiClient.for_inventory(INVENTORY, host=self.addresses[HEAD])
 
     # --- the nodes --------------------------------------------------------------

@@ -1,5 +1,4 @@
-"""The sandbox as a Ray deployment (tests/e2e/ray_cluster.py): what the switch to Ray (every play) and its
-re-run left. Read only."""
+"""The Ray sandbox (ray_cluster.py): what its converge (every play) and the re-run left. Read only."""
 
 from __future__ import annotations
 
@@ -16,7 +15,7 @@ RAY_TOKEN, RAY_SESSIONS = "/etc/vllmops/ray/auth_token", "/var/lib/vllmops/ray"
 def test_the_image_reached_node2_once_and_both_nodes_hold_the_same_image(cluster):
     # node1 held the stand-in already (loaded by hand): only node2 lacked it
     assert cluster.converged["image_copied_to"] == {node: [WORKER] for node in RAY_UNITS}, cluster.converged
-    # the same content (its layers) on both, under another ID on node2 (containerd's image store)
+    # the same content on both: its layers (an image's ID differs between Docker's image stores)
     layers = {node: cluster.on(node, "docker", "image", "inspect", "--format", "{{json .RootFS.Layers}}",
                                cluster.vars["vllmops_image"]) for node in RAY_UNITS}
     assert len(set(layers.values())) == 1, layers

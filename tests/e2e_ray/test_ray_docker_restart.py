@@ -8,12 +8,11 @@ the engine, without a restart."""
 
 from __future__ import annotations
 
-import json
 import time
 
-import yaml
-from ray_cluster import HEAD, INVENTORY, WORKER
+from ray_cluster import HEAD, WORKER
 
+EXTRA = {"docker_daemon_json_extra": {"max-concurrent-uploads": 7}}
 OURS = {HEAD: ["vllmops-vllm", "vllmops-ray-head"], WORKER: ["vllmops-ray-worker"]}
 EVENTS = r"^(Stopping|Stopped|Started) (vllmops-vllm|vllmops-ray-head|vllmops-ray-worker|docker)\.service"
 
@@ -31,17 +30,6 @@ def journal(cluster, node: str, since: float) -> list[tuple[float, str, str]]:
     return events
 
 
-def daemon_extra() -> dict:
-    """max-concurrent-uploads added to each node's own docker_daemon_json_extra (node2 of the sandbox keeps its
-    containerd image store: extra vars replace a host's value, they do not merge into it)."""
-    per_host = {}
-    for node in OURS:
-        host_vars = INVENTORY / "host_vars" / f"{node}.yml"
-        own = (yaml.safe_load(host_vars.read_text()) or {}) if host_vars.exists() else {}
-        per_host[node] = {**own.get("docker_daemon_json_extra", {}), "max-concurrent-uploads": 7}
-    return {"docker_daemon_json_extra": "{{ " + json.dumps(per_host) + "[inventory_hostname] }}"}
-
-
 def first(events, event: str, unit: str) -> float:
     return min(stamp for stamp, kind, name in events if kind == event and name == unit)
 
@@ -56,7 +44,7 @@ def test_a_daemon_json_change_restarts_docker_once_and_our_units_once_in_order(c
     before = {node: cluster.on(node, "cat", "/etc/docker/daemon.json") for node in OURS}
     since = time.time() - 1
     try:
-        run = cluster.deploy("--tags", "docker,nvidia_container_toolkit,ray_cluster,vllm_serve", extra=daemon_extra())
+        run = cluster.deploy("--tags", "docker,nvidia_container_toolkit,ray_cluster,vllm_serve", extra=EXTRA)
         assert run.rc == 0, run
         events = {node: journal(cluster, node, since) for node in OURS}
 
@@ -89,7 +77,7 @@ def test_a_daemon_json_change_restarts_docker_once_and_our_units_once_in_order(c
 
         # Nothing to change: nothing restarts (the plays that write daemon.json: docker, the toolkit's).
         state, again = cluster.state(), time.time()
-        rerun = cluster.deploy("--tags", "docker,nvidia_container_toolkit", extra=daemon_extra())
+        rerun = cluster.deploy("--tags", "docker,nvidia_container_toolkit", extra=EXTRA)
         assert rerun.rc == 0, rerun
         assert notices(rerun) == {} and rerun.fact("vllmops_docker_restarted") == {}, rerun
         assert all(journal(cluster, node, again) == [] for node in OURS)

@@ -25,8 +25,8 @@ def serving_images(cluster) -> dict:
 
 
 def image_ids(cluster, name: str) -> dict:
-    """Node -> the ID an image has there (node2 keeps its images in containerd's store, where the same content has
-    another ID than in node1's classic store)."""
+    """Node -> the ID an image has there (the same content has another ID in containerd's image store than in the
+    classic one: compared per node, the stories hold on a cluster with both)."""
     return {node: cluster.on(node, "docker", "image", "inspect", "--format", "{{.Id}}", name) for node in (HEAD, WORKER)}
 
 
