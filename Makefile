@@ -89,6 +89,8 @@ sandbox-down:
 	python3 tests/sandbox/nodes.py down --prefix $(SANDBOX_PREFIX)
 	rm -f $(SANDBOX_INVENTORY)/hosts.yml
 	$(if $(filter inventories/sandbox,$(SANDBOX_INVENTORY)),,rm -rf $(SANDBOX_INVENTORY))
+	# the secrets the deployment generated for it (vllmops_secrets_dir's default), owned by this checkout's inventory
+	rm -rf $(HOME)/.vllmops/secrets/$(notdir $(SANDBOX_INVENTORY))
 
 build: venv
 	ansible-galaxy collection build --force --output-path build

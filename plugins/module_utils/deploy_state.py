@@ -7,11 +7,14 @@ A record holds two things: the fingerprint of the deploy's inputs (the
 settings and the collection's own files, made on the controller) and an
 observation of the node (our files' digests, modes and owners, which of our
 units run and are enabled, our containers and the images they run, the
-packages we install, our firewall table, the node's addresses and GPUs,
-and whether the service answers). A re-run whose inputs and
+packages we install, our firewall table and the ephemeral port range it
+filters, the node's addresses and GPUs, and whether the service answers).
+A re-run whose inputs and
 observation equal the record has nothing to do; anything else, however
 small, sends it down the full path, which removes the record first, so that a
-run that fails half way never leaves a record behind.
+run that fails half way never leaves a record behind. So does a model
+revision that names a branch or a tag: only the full path asks the hub what
+it names now.
 """
 
 from __future__ import annotations
@@ -20,16 +23,25 @@ import glob
 import hashlib
 import json
 import os
+import re
 import stat
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 
+from ansible_collections.vllmops.cluster.plugins.module_utils import firewall
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerClient, DockerError
 from ansible_collections.vllmops.cluster.plugins.module_utils.json_file import write_json
 
 SCHEMA = "vllmops.deploy-state/1"
+
+
+# The kernel's ephemeral port range: the firewall filters it as read on the node (firewall_ephemeral_ports: auto),
+# so a widened range is a node that differs, whose new ports only the full path closes.
+PORT_RANGE = firewall.PORT_RANGE
+# A revision of the hub that cannot move: a full commit hash (a branch or a tag names whatever it names today).
+_COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 
 
 # How commands run: the module's run_command, as (rc, stdout) with LC_ALL=C.
@@ -128,6 +140,14 @@ def nft_tables(names: list[str], run: Runner) -> dict:
     return seen
 
 
+def port_range() -> str:
+    """The node's ephemeral port range ('32768-60999'), as the firewall reads it, or why it cannot be read."""
+    try:
+        return firewall.read_port_range(PORT_RANGE) or "absent"
+    except (OSError, ValueError) as err:  # FirewallError is a ValueError
+        return f"unreadable: {err}"
+
+
 def addresses(run: Runner) -> list[str]:
     """The node's global addresses with their interfaces (a changed address changes the cluster's environment);
     IPv6 privacy addresses, which rotate by themselves, left out."""
@@ -173,6 +193,7 @@ def observe(spec: dict, run: Runner) -> dict:
         "containers": containers(spec.get("container_label", ""), spec.get("images", []), spec.get("docker_host")),
         "packages": packages(spec.get("packages", []), run),
         "nft_tables": nft_tables(spec.get("nft_tables", []), run),
+        "ephemeral_ports": port_range(),
         "addresses": addresses(run),
         "gpus": gpus(run),
         "answers": answers(spec.get("health_urls", [])),
@@ -211,9 +232,21 @@ def read(path: str) -> dict | None:
     return record if isinstance(record, dict) and record.get("schema") == SCHEMA else None
 
 
-def check(path: str, inputs: str, run: Runner) -> tuple[bool, list[str]]:
+def unpinned(hub_revision: str) -> list[str]:
+    """Why a model revision sends every run down the full path: a branch or a tag (empty: none, or a commit)."""
+    if not hub_revision or _COMMIT_RE.fullmatch(hub_revision):
+        return []
+    return [f"model_hub_revision {hub_revision!r} is not a commit hash (40 hex digits): only a full run asks the hub "
+            "what it names now; pin the commit to let re-runs take the fast path"]
+
+
+def check(path: str, inputs: str, run: Runner, hub_revision: str = "") -> tuple[bool, list[str]]:
     """(converged, reasons): converged when a record exists, its inputs equal these and the node looks the same
-    (observed as the record says it was observed)."""
+    (observed as the record says it was observed), and the model's hub revision (when it comes from the hub)
+    is a commit."""
+    moving = unpinned(hub_revision)
+    if moving:
+        return False, moving
     record = read(path)
     if record is None:
         return False, ["no record of a completed deploy on this node"]

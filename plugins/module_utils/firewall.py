@@ -22,6 +22,9 @@ from dataclasses import dataclass
 # a port range is (low, high), inclusive; a network an ipaddress.IPv4Network or IPv6Network.
 
 _DIGEST_RE = re.compile(r'comment "vllmops\.cluster firewall sha256:([0-9a-f]+)"')
+# The kernel's ephemeral port range on the node: what firewall_ephemeral_ports: auto filters, and what
+# deploy.yml's record observes, so that a widened range is never left unfiltered by a fast re-run.
+PORT_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
 
 
 class FirewallError(ValueError):
@@ -58,6 +61,17 @@ def parse_ports(value, what: str) -> tuple[int, int]:
     if len(numbers) != 2 or not 1 <= numbers[0] <= numbers[1] <= 65535:
         raise FirewallError(f"{what}: {value!r} is not a TCP port (1-65535) or a range LOW-HIGH")
     return numbers[0], numbers[1]
+
+
+def read_port_range(path: str = PORT_RANGE) -> str | None:
+    """The node's ephemeral port range as LOW-HIGH ("32768-60999"), None when the file is missing; FirewallError
+    when it holds no range."""
+    try:
+        with open(path, encoding="ascii") as handle:
+            text = handle.read()
+    except FileNotFoundError:
+        return None
+    return _port_text(parse_ports(text, f"the ephemeral port range ({path})"))
 
 
 def merge_ranges(ranges) -> list[tuple[int, int]]:

@@ -22,18 +22,33 @@ last node of a chain can never finish before its slowest link anyway.
 
 The stream is framed (`_frame`): data, an end mark with the byte count, or
 an error message, so a receiver tells a complete stream from a broken one
-and the error of an upstream hop reaches every node below it by name.
+and the error of an upstream hop reaches every node below it by name. A
+frame holds at most `MAX_FRAME` bytes: a receiver refuses a bigger one
+before it allocates anything for it.
+
+A receiver trusts only a sender that proves it holds the hop's token, and
+never sends the token itself: it asks for the token's ticket (`ticket()`, an
+HMAC-SHA256 keyed by the token) with a fresh random challenge, and the
+sender answers with `proof()` (an HMAC-SHA256 keyed by the token over that
+challenge) before any frame. A program that took the port first (any local
+user can bind an unused port) learns neither the token nor a proof it could
+replay, and its stream is refused before anything reads, loads or relays
+it. What arrives is checked afterwards as well: the image's content ID, the
+sha256 of every model file.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import hashlib
 import hmac
 import http.client
 import ipaddress
 import json
 import os
+import re
+import secrets
 import socket
 import struct
 import tarfile
@@ -50,7 +65,13 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.json_file import w
 
 CHUNK = 1 << 20
 RELAY_BUFFER = 64 << 20
-CONTENT_TYPE = "application/vnd.vllmops.image-stream.v1"
+# The largest frame a receiver accepts (a sender splits bigger chunks): without a cap, one header could make it
+# allocate 4 GiB.
+MAX_FRAME = 16 << 20
+CONTENT_TYPE = "application/vnd.vllmops.image-stream.v2"
+CHALLENGE_HEADER = "X-Vllmops-Challenge"
+PROOF_HEADER = "X-Vllmops-Proof"
+_CHALLENGE = re.compile(r"[0-9a-f]{32}")
 _HEADER = struct.Struct(">cI")
 _DATA, _END, _ERROR = b"D", b"E", b"X"
 
@@ -101,6 +122,35 @@ def local_image(docker, image):
     return FoundImage(info["Id"], content_id(info), info.get("RepoTags") or [], info.get("Size", 0))
 
 
+_LOADED = ("Loaded image: ", "Loaded image ID: ")
+
+
+def _familiar(name):
+    """An image reference as the engine prints it: without docker.io/library/, with :latest where no tag is given."""
+    for prefix in ("docker.io/library/", "docker.io/", "index.docker.io/library/", "index.docker.io/"):
+        if name.startswith(prefix):
+            name = name[len(prefix):]
+            break
+    if name.startswith("sha256:") or "@" in name or ":" in name.rsplit("/", 1)[-1]:
+        return name
+    return name + ":latest"
+
+
+def loaded_images(said):
+    """The images the engine's load says it loaded (`Loaded image: NAME`, `Loaded image ID: ID` when untagged)."""
+    return [line[len(prefix):].strip() for line in said.splitlines() for prefix in _LOADED if line.startswith(prefix)]
+
+
+def check_loaded(said, image, image_id=None):
+    """Refuse a load that brought any image but `image` (or, loaded untagged, the image ID `image_id`)."""
+    wanted = {_familiar(image), image_id}
+    others = [name for name in loaded_images(said) if _familiar(name) not in wanted]
+    if others:
+        raise TransferError(f"docker load also loaded {', '.join(others)}, not only {image}: the stream held images this "
+                            "node was not asked for; check them with `docker image ls` and remove them "
+                            "(`docker image rm`)")
+
+
 def receiver_argument_spec(port, deadline, progress_file, upstream):
     """The options every receiver of a chain has (image_receive, model_receive): where it reads, whom it relays to."""
     return dict(
@@ -119,6 +169,27 @@ def receiver_argument_spec(port, deadline, progress_file, upstream):
 
 def _frame(kind, payload):
     return _HEADER.pack(kind, len(payload)) + payload
+
+
+def _data_frames(chunk):
+    """chunk as data frames of at most MAX_FRAME bytes each."""
+    view = memoryview(chunk)
+    return [_frame(_DATA, view[start:start + MAX_FRAME]) for start in range(0, len(view), MAX_FRAME)]
+
+
+def ticket(token):
+    """What a receiver asks for instead of its token: a sender matches it, an eavesdropper cannot turn it back."""
+    return hmac.new(token.encode(), b"vllmops-chain ticket/1", hashlib.sha256).hexdigest()
+
+
+def proof(token, challenge):
+    """The sender's answer to a receiver's challenge: only a holder of the token can compute it."""
+    return hmac.new(token.encode(), b"vllmops-chain proof/1\0" + challenge.encode(), hashlib.sha256).hexdigest()
+
+
+def _same(left, right):
+    """hmac.compare_digest over text that may hold any character (a request path is latin-1)."""
+    return hmac.compare_digest(left.encode("latin-1", "replace"), right.encode("latin-1", "replace"))
 
 
 class ImageStream:
@@ -171,6 +242,7 @@ def serve(source, address, port, tokens, deadline_s, idle_s=120, on_listening=No
     before it connected). Tokens not served are reported as such."""
     check_bind_address(address)
     pending = set(tokens)
+    tickets = {token: ticket(token) for token in tokens}
     results = {}
     lock = threading.Lock()
     done = threading.Event()
@@ -181,9 +253,13 @@ def serve(source, address, port, tokens, deadline_s, idle_s=120, on_listening=No
             pass
 
         def do_GET(self):
-            token = self.path.lstrip("/")
+            asked = self.path.lstrip("/")
+            challenge = self.headers.get(CHALLENGE_HEADER, "")
+            if not _CHALLENGE.fullmatch(challenge):  # not one of our receivers: its token stays unused
+                self.send_error(400)
+                return
             with lock:
-                match = next((t for t in pending if hmac.compare_digest(t, token)), None)
+                match = next((t for t in pending if _same(tickets[t], asked)), None)
                 if match is not None:
                     pending.discard(match)
             if match is None:
@@ -191,11 +267,16 @@ def serve(source, address, port, tokens, deadline_s, idle_s=120, on_listening=No
                 return
             self.send_response(200)
             self.send_header("Content-Type", CONTENT_TYPE)
+            self.send_header(PROOF_HEADER, proof(match, challenge))
             self.end_headers()
             with lock:
                 activity["streams"] += 1
+
+            def write(chunk):
+                for frame in _data_frames(chunk):
+                    self.wfile.write(frame)
             try:
-                sent = source.stream(lambda chunk: self.wfile.write(_frame(_DATA, chunk)))
+                sent = source.stream(write)
                 self.wfile.write(_frame(_END, str(sent).encode()))
                 results[match] = sent
             except TransferError as err:
@@ -363,11 +444,15 @@ def _read_exactly(response, amount):
 
 
 def _connect(url, upstream, connect_deadline_s, idle_s):
+    """The upstream's response, once it proved it holds this node's token (the last part of url, never sent)."""
     end = time.monotonic() + connect_deadline_s
-    base = url.rsplit("/", 1)[0]
+    base, _slash, token = url.rpartition("/")
+    if not token:
+        raise UpstreamError(f"the URL of {upstream} ({base}/) names no token: it must end with this node's token")
+    challenge = secrets.token_hex(16)
     while True:
         try:
-            response = open_url(url, timeout=idle_s)
+            response = open_url(f"{base}/{ticket(token)}", headers={CHALLENGE_HEADER: challenge}, timeout=idle_s)
             break
         except urllib.error.HTTPError as err:
             raise UpstreamError(f"{upstream} refused this node's token at {base}/… (HTTP {err.code})") from err
@@ -381,6 +466,11 @@ def _connect(url, upstream, connect_deadline_s, idle_s):
         response.close()
         raise UpstreamError(f"{upstream} at {base} does not serve an image stream "
                             f"(Content-Type {response.headers.get('Content-Type')!r}): another program holds the port?")
+    if not _same(response.headers.get(PROOF_HEADER) or "", proof(token, challenge)):
+        response.close()
+        raise UpstreamError(f"{upstream} at {base} did not prove that it holds this node's token, so its stream was "
+                            "refused before anything was read, loaded or relayed: another program holds that port "
+                            "(find it with `ss -ltnp`), or the two ends run different versions of vllmops.cluster")
     return response
 
 
@@ -418,6 +508,9 @@ def receive_stream(consume, what, url, connect_deadline_s=60, progress_path=None
         try:
             while True:
                 kind, length = _HEADER.unpack(_read_exactly(response, _HEADER.size))
+                if length > MAX_FRAME:
+                    raise UpstreamError(f"{upstream} sent a frame of {length} bytes, more than the {MAX_FRAME} a frame "
+                                        f"may hold, after {received} bytes: the stream was refused")
                 payload = _read_exactly(response, length)
                 if kind == _ERROR:
                     raise UpstreamError(payload.decode(errors="replace"))

@@ -168,9 +168,14 @@ def write_manifest(path, files, source, manifest_file=None):
     return data
 
 
-def _safe_name(name):
-    parts = name.split("/")
-    if not name or name.startswith("/") or any(part in ("", ".", "..") for part in parts) or parts[0] in IGNORED_TOP:
+def safe_name(name):
+    """name, when it is a relative path that stays inside a model directory; ModelError naming it when not.
+
+    The one check of every file name that comes from elsewhere (a manifest, the play, the hub's listing)
+    before it is joined to a directory."""
+    # An absolute name starts with an empty part, as "" and "a//b" hold one; what is not text is refused likewise.
+    parts = name.split("/") if isinstance(name, str) else [""]
+    if any(part in ("", ".", "..") or "\0" in part for part in parts) or parts[0] in IGNORED_TOP:
         raise ModelError(f"refusing the file name {name!r} (absolute, empty, '..', or {sorted(IGNORED_TOP)})")
     return name
 
@@ -179,7 +184,7 @@ class FileStream:
     """image_transfer.serve()'s source: the bytes of `names` under root, one file after the other."""
 
     def __init__(self, root, names, sizes):
-        self.root, self.names, self.sizes = root, [_safe_name(n) for n in names], sizes
+        self.root, self.names, self.sizes = root, [safe_name(n) for n in names], sizes
 
     def stream(self, write):
         sent = 0
@@ -214,8 +219,8 @@ class StagedCopy:
 
     def __init__(self, target, reference, stream_names, wanted):
         self.target = target.rstrip("/")
-        self.reference = reference  # name -> {size, sha256}
-        self.stream_names = [_safe_name(n) for n in stream_names]
+        self.reference = {safe_name(name): entry for name, entry in reference.items()}  # name -> {size, sha256}
+        self.stream_names = [safe_name(n) for n in stream_names]
         self.wanted = set(wanted)
         self.staging = staging_path(self.target)
         self.written = 0
@@ -257,6 +262,10 @@ class StagedCopy:
         if reader.read(1):  # also reads the stream's end mark
             raise ModelError("the stream holds more bytes than its files")
         return self.written
+
+    def discard(self):
+        """Remove the staging directory (a copy that failed): nothing of it is left behind."""
+        shutil.rmtree(self.staging, ignore_errors=True)
 
     def commit(self, source):
         """Swap the staging directory in; return the manifest written."""

@@ -7,7 +7,10 @@ ships, its proxies and CA bundle), on the host network, with the target's
 staging directory mounted. The token never reaches a command line, an
 environment or a log: it is a 0600 file mounted read-only, named by
 HF_TOKEN_PATH. The hub's own hashes check every file: sha256 for the files
-in LFS (the weights), the git blob sha1 for the others.
+in LFS (the weights), the git blob sha1 for the others. Every file name the
+hub lists passes model_files.safe_name before it is joined to a path: a
+hostile endpoint cannot make this host read or remove a file outside the
+model's staging directory.
 """
 
 from __future__ import annotations
@@ -78,6 +81,20 @@ def explain(error, message, repo, revision, endpoint, has_token):
     return f"the hub client failed: {error}: {message}"
 
 
+def _listed(said, repo, revision, endpoint):
+    """{name: entry} of the files the hub listed, each name checked before any path is built from it."""
+    files = {}
+    for entry in said.get("files") or []:
+        name = entry.get("name") if isinstance(entry, dict) else None  # not an entry: refused like a bad name
+        try:
+            files[model_files.safe_name(name)] = entry
+        except model_files.ModelError as err:
+            raise HubError(f"{endpoint or 'the Hugging Face Hub'} lists for {repo} at {revision} a file outside the "
+                           f"model's directory, so its listing was refused and nothing was removed: {err}; "
+                           "check model_hub_endpoint") from None
+    return files
+
+
 def _check(name, entry, path):
     """The file's sha256 when it is the hub's (its sha256 for LFS files, its git blob sha1 for the rest), else None."""
     full = os.path.join(path, name)
@@ -137,7 +154,7 @@ class Hub:
     def info(self, repo, revision):
         """The commit and {name: {size, sha256 (LFS only, else None), blob_id}} of repo at revision."""
         said = self._run("info", repo, revision)
-        return said["sha"], {entry["name"]: entry for entry in said["files"]}
+        return said["sha"], _listed(said, repo, revision, self.endpoint)
 
     def download(self, repo, revision, path, progress_path=None):
         """Download repo at revision into path's staging directory, check it against the hub's hashes and swap it
@@ -163,7 +180,7 @@ class Hub:
             state = "downloaded"
         finally:
             watcher.stop(state)
-        listed = {entry["name"]: entry for entry in said["files"]}
+        listed = _listed(said, repo, revision, self.endpoint)
         hashes = {name: _check(name, entry, staging) for name, entry in listed.items()}
         bad = sorted(name for name, sha in hashes.items() if sha is None)
         if bad:

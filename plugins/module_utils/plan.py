@@ -138,7 +138,10 @@ def _ray(backend, image, ray_port):
                    f"(Ray >= {since} has it): whoever reaches the cluster's Ray ports (the GCS on :{ray_port}, the raylets, "
                    f"Ray's worker ports) can run code on every node. Only the firewall keeps others out; use an image "
                    f"with Ray >= {since} to turn authentication on")
-    return {"version": version, "token_auth": auth, "warning": warning}
+    # `ray start --head` opens Ray's client server whenever the image has Ray Client's dependency (grpcio), and it
+    # cannot be turned off then: the Ray units pin its port (the firewall closes it to all but the members).
+    client_server = backend == "ray" and bool(image.get("ray_client"))
+    return {"version": version, "token_auth": auth, "warning": warning, "client_server": client_server}
 
 
 def _parallel_sizes(nodes, tensor_parallel_size, pipeline_parallel_size):

@@ -145,16 +145,16 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.vllmops.cluster.plugins.module_utils.firewall import (
+    PORT_RANGE,
     FirewallError,
     build_policy,
     describe,
     digest,
     live_digest,
+    read_port_range,
     render,
     verdict,
 )
-
-PROC_PORT_RANGE = "/proc/sys/net/ipv4/ip_local_port_range"
 
 
 def _read(path):
@@ -199,9 +199,12 @@ def _absent(module, nft, params):
 def _ephemeral(module, setting):
     if setting != "auto":
         return setting
-    text = _read(PROC_PORT_RANGE)
+    try:
+        text = read_port_range()
+    except FirewallError as err:
+        module.fail_json(msg=f"reading the ephemeral port range: {err}; set firewall_ephemeral_ports (LOW-HIGH) or ''")
     if not text:
-        module.fail_json(msg=f"reading the ephemeral port range: {PROC_PORT_RANGE} is missing; set it (LOW-HIGH) or ''")
+        module.fail_json(msg=f"reading the ephemeral port range: {PORT_RANGE} is missing; set it (LOW-HIGH) or ''")
     return text
 
 

@@ -93,6 +93,13 @@ options:
             token authentication, which the plan turns on with backend C(ray).
         type: str
         default: ""
+      ray_client:
+        description:
+          - Whether the image has Ray Client's dependency (grpcio, image_probe's C(packages.grpcio)). C(ray start --head)
+            then opens Ray's client server, which cannot be turned off; the plan's C(ray.client_server) says so and the
+            Ray units pin its port.
+        type: bool
+        default: false
       multinode_modes:
         description: image_probe's C(vllm.multinode_modes) - C(ray), C(native), C(data_parallel).
         type: list
@@ -286,9 +293,11 @@ plan:
     ray:
       description:
         - How Ray is secured - C(version) (the image's Ray, or null), C(token_auth) (true when the backend is C(ray) and
-          the image's Ray has token authentication) and C(warning) (why Ray runs without authentication, or null).
+          the image's Ray has token authentication), C(warning) (why Ray runs without authentication, or null) and
+          C(client_server) (true when the backend is C(ray) and the image has grpcio, so Ray's client server opens on the
+          head).
       type: dict
-      sample: {version: 2.60.0, token_auth: true, warning: null}
+      sample: {version: 2.60.0, token_auth: true, warning: null, client_server: true}
     summary:
       description: The plan in one line.
       type: str
@@ -318,6 +327,7 @@ IMAGE_SPEC = dict(
     vllm_version=dict(type="str"),
     has_ray=dict(type="bool", default=False),
     ray_version=dict(type="str", default=""),
+    ray_client=dict(type="bool", default=False),
     multinode_modes=dict(type="list", elements="str", default=[]),
     network_env=dict(type="dict", default={}),
 )

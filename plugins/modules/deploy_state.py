@@ -13,7 +13,8 @@ description:
     the deploy's settings. deploy.yml does this as its last step, on a full run that completed.
   - With O(state=checked), observes the node again, as the record says it was observed (the options below count
     only when recording), and compares. RV(converged) is true only when a record exists, its inputs equal O(inputs)
-    and every observation is equal; RV(reasons) names each difference.
+    and every observation is equal, and O(model_hub_revision) is empty or a commit; RV(reasons) names each
+    difference.
     When the node is not converged the record is removed (not in check mode), so a full run that fails half way
     leaves no record behind.
   - With O(state=absent), removes the record (teardown).
@@ -21,6 +22,7 @@ description:
     (size, modification time), the units O(units) match
     (running or not, enablement), the containers carrying O(container_label) (state, image ID), the IDs of O(images),
     the installed packages O(packages) match (versions), the nftables tables O(nft_tables) (family inet), the node's
+    ephemeral port range (C(net.ipv4.ip_local_port_range), which the firewall filters), its
     global addresses (IPv6 privacy addresses aside), its GPUs as C(nvidia-smi) lists them and its C(/dev/nvidiaN)
     device nodes, and the HTTP status of O(health_urls) (never through a proxy)."
 options:
@@ -35,6 +37,13 @@ options:
     default: /var/lib/vllmops/deploy-state.json
   inputs:
     description: The fingerprint of the deploy's inputs (made on the controller by the deploy_fingerprint filter).
+    type: str
+    default: ""
+  model_hub_revision:
+    description:
+      - The revision of the hub the model comes from (empty when it does not come from the hub). Anything but a full
+        commit hash (40 hex digits) - a branch or a tag, which may name another commit tomorrow - makes
+        O(state=checked) report the node as not converged, saying so, so that the full run asks the hub again.
     type: str
     default: ""
   files:
@@ -134,6 +143,7 @@ def main():
             state=dict(type="str", choices=["checked", "recorded", "absent"], default="checked"),
             path=dict(type="path", default="/var/lib/vllmops/deploy-state.json"),
             inputs=dict(type="str", default=""),
+            model_hub_revision=dict(type="str", default=""),
             files=dict(type="list", elements="str", default=[]),
             files_excluded=dict(type="list", elements="str", default=[]),
             trees=dict(type="list", elements="path", default=[]),
@@ -178,7 +188,7 @@ def run(module):
         record = deploy_state.write(path, params["inputs"], spec, command)
         module.exit_json(changed=True, converged=True, reasons=[], recorded_at=record["recorded_at"])
 
-    converged, reasons = deploy_state.check(path, params["inputs"], command)
+    converged, reasons = deploy_state.check(path, params["inputs"], command, params["model_hub_revision"])
     changed = False
     if not converged and previous is not None and not module.check_mode:
         changed = deploy_state.forget(path)

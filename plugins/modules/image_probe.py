@@ -243,7 +243,9 @@ vllm:
       type: list
       elements: str
 packages:
-  description: Versions of ray, torch, transformers, nvidia-nccl, triton and flashinfer; null when absent.
+  description:
+    - Versions of ray, torch, transformers, nvidia-nccl, triton, flashinfer and grpcio (Ray Client's dependency); null
+      when absent.
   returned: always
   type: dict
 torch:

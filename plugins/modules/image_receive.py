@@ -12,7 +12,12 @@ description:
   - Compares the content ID of O(image) on this host's Docker Engine with O(content_id) (or, without it, its image ID
     with O(image_id)). When they differ, reads the image from O(url) (served by M(vllmops.cluster.image_source))
     straight into the engine's image load (what C(docker load) does), then checks that O(image) now has that
-    content.
+    content. A load that brings any other image than O(image) (by what the engine says it loaded) fails the task
+    and names those images.
+  - The token (the last part of O(url)) never leaves this node. It asks for a ticket derived from the token with a
+    random challenge, and reads nothing before the upstream proved that it holds the token (an HMAC-SHA256 of the
+    challenge keyed by the token); a program that took the port first is refused, and nothing is loaded or relayed.
+  - A frame of the stream holds at most 16 MiB; a bigger one fails the copy before it is read.
   - The content ID, not the image ID, says whether two engines hold the same image - Docker's classic image
     store names an image by its config's digest, the containerd image store by its manifest's, so the image
     loaded here may have another image ID than at the source. M(vllmops.cluster.image_source) reports both.
@@ -39,7 +44,9 @@ options:
         source and this node use the same kind of image store.
     type: str
   url:
-    description: Where the source, or the previous node's relay, serves this node's copy (C(http://ADDRESS:PORT/TOKEN)).
+    description:
+      - Where the source, or the previous node's relay, serves this node's copy (C(http://ADDRESS:PORT/TOKEN)).
+      - The TOKEN itself is never sent; the upstream must prove it holds it.
     type: str
     required: true
   upstream:
@@ -159,6 +166,7 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.image_identity imp
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import (
     Relay,
     TransferError,
+    check_loaded,
     local_image,
     receive,
     receiver_argument_spec,
@@ -202,11 +210,12 @@ def main():
             relay = Relay(params["relay_to"], params["relay_address"], params["relay_port"], params["relay_token"],
                           params["deadline"], params["idle_timeout"])
         try:
-            copied, seconds, _said = receive(docker, params["url"], params["connect_deadline"], progress,
-                                             params["total_bytes"], params["upstream"], relay, params["idle_timeout"])
+            copied, seconds, said = receive(docker, params["url"], params["connect_deadline"], progress,
+                                            params["total_bytes"], params["upstream"], relay, params["idle_timeout"])
         finally:
             # The process must outlive the relay: the next node reads the rest from it.
             relay_failed = relay.wait(params["deadline"]) if relay else None
+        check_loaded(said, params["image"], params["image_id"])
         after = local_image(docker, params["image"])
     except (DockerError, TransferError) as err:
         module.fail_json(msg=f"copying {params['image']} from {params['upstream']}: {err}")

@@ -14,13 +14,17 @@ description:
   - The content ID is what nodes compare (O(vllmops.cluster.image_receive#module:content_id) of
     M(vllmops.cluster.image_receive)) - Docker's classic image store and its containerd image store give the same
     image different image IDs, the content ID is the same on both.
-  - With O(tokens), serves the image over HTTP on O(address):O(port), once to each token (the request path),
-    as C(docker save) output or the archive's bytes, streamed in frames that end with the byte count (or the
+  - With O(tokens), serves the image over HTTP on O(address):O(port), once to each token, as C(docker save)
+    output or the archive's bytes, streamed in frames of at most 16 MiB that end with the byte count (or the
     error that stopped the source), so a receiver tells a whole stream from a broken one; no temporary file of the
     whole image is written. It returns when every token was served or at O(deadline). Run it with C(async) while
     the receivers run M(vllmops.cluster.image_receive); the image role gives it one token, the first node of a
     chain in which each node relays the stream to the next.
-  - Anyone who can reach the port and knows a token can read the image, so bind it to the cluster network.
+  - A receiver asks for a ticket derived from its token (an HMAC-SHA256 keyed by the token, so the token never
+    crosses the network) with a random challenge; the answer carries the proof that this source holds the token
+    (an HMAC-SHA256 of the challenge), without which M(vllmops.cluster.image_receive) reads nothing.
+  - Anyone who can reach the port and knows a token's ticket can read the image, so bind it to the cluster
+    network.
 options:
   image:
     description: Image name:tag or ID on this host's Docker Engine. One of O(image) and O(archive) is required.
@@ -29,7 +33,9 @@ options:
     description: A C(docker save) archive of exactly one image, on this host.
     type: path
   tokens:
-    description: One secret per receiver; each is served once. Empty to only identify the source.
+    description:
+      - One secret per receiver (the last part of its O(vllmops.cluster.image_receive#module:url)); each is served
+        once. Empty to only identify the source.
     type: list
     elements: str
     default: []

@@ -14,8 +14,13 @@ description:
     the previous node's relay, each checked against its sha256 as it arrives.
   - Never writes into the directory that is served. The new version is built beside it (in
     C(PARENT/.vllmops-staging/NAME), with hard links to the files this node already holds right), checked whole, and
-    then swapped into place; the manifest (C(PATH.vllmops-manifest.json)) is written last. A copy interrupted earlier
-    leaves only the staging directory, which the next run discards.
+    then swapped into place; the manifest (C(PATH.vllmops-manifest.json)) is written last. A copy that fails removes
+    its staging directory; one interrupted (the process killed) leaves only that directory, which the next run
+    discards.
+  - The token (the last part of O(url)) never leaves this node. It asks for a ticket derived from the token with a
+    random challenge, and writes and relays nothing before the upstream proved that it holds the token (an
+    HMAC-SHA256 of the challenge keyed by the token); a program that took the port first is refused. A frame of the
+    stream holds at most 16 MiB; a bigger one fails the copy.
   - With O(relay_token), serves the whole stream, as it arrives, to the next node of the chain (one request on
     O(relay_address):O(relay_port)), holding at most 64 MiB in memory.
   - Writes its progress (bytes, seconds, MB/s, bytes relayed) as JSON to O(progress_file) about once a second.
@@ -38,7 +43,7 @@ options:
     elements: str
     required: true
   url:
-    description: Where this node's copy is served (C(http://ADDRESS:PORT/TOKEN)).
+    description: Where this node's copy is served (C(http://ADDRESS:PORT/TOKEN)); the TOKEN itself is never sent.
     type: str
     required: true
   upstream:
@@ -165,6 +170,7 @@ def main():
     relay_wanted = bool(params["relay_token"])
     if relay_wanted and not params["relay_address"]:
         module.fail_json(msg="relaying the model: no relay_address: give this node's address the next node connects to")
+    copy = None
     try:
         kept = model_files.read_manifest(path)
         have = model_files.identity(model_files.scan(path, kept["files"] if kept else {}, "stat")[0])
@@ -200,6 +206,8 @@ def main():
         else:
             shutil.rmtree(copy.staging, ignore_errors=True)
     except (OSError, TransferError) as err:
+        if copy:
+            copy.discard()
         module.fail_json(msg=f"copying the model to {path} from {params['upstream']}: {err}. The model served here "
                              "was not touched; a re-run starts the copy again.")
     result.update(bytes=written, received_bytes=received, relayed_bytes=relay.sent if relay else 0,

@@ -9,8 +9,10 @@ module: model_source
 short_description: Serve a model's files once to the first node of a copy chain
 version_added: 0.2.0
 description:
-  - Serves the bytes of O(names) under O(path), one file after the other, once to each token of O(tokens) on
-    O(address):O(port) (the path of the URL is the token), then exits. The first node of the chain
+  - Serves the bytes of O(names) under O(path), one file after the other, in frames of at most 16 MiB, once to
+    each token of O(tokens) on O(address):O(port), then exits. A receiver asks for a ticket derived from its token
+    (the token never crosses the network) with a random challenge, and reads nothing before this source proved
+    that it holds the token (an HMAC-SHA256 of the challenge keyed by the token). The first node of the chain
     (M(vllmops.cluster.model_receive)) writes the files it lacks and relays the stream to the next node.
   - A file whose size differs from O(reference) fails the copy (the source changed since it was read).
   - Never listens on every address (C(0.0.0.0), C(::)).
@@ -29,7 +31,7 @@ options:
     type: dict
     required: true
   tokens:
-    description: One-time tokens, one per receiver served from here.
+    description: One-time tokens, one per receiver served from here (the last part of the receiver's URL).
     type: list
     elements: str
     required: true

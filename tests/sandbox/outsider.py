@@ -12,7 +12,8 @@ It runs the node image (tests/sandbox/nodes.py build-image) with `sleep`, no
 systemd and no capabilities beyond Docker's defaults; with --label PREFIX it
 carries the sandbox's label, so `nodes.py down --prefix PREFIX` removes it
 too. From Python: Outsider(name).start(networks), .connect(host, port),
-.http(url), .address(network), .remove().
+.scan(host, ports) (every port at once), .http(url), .address(network),
+.remove().
 
 Test infrastructure only: nothing under roles/ or plugins/ may use it.
 """
@@ -60,6 +61,29 @@ except (urllib.error.URLError, OSError) as err:
 """
 
 
+# Runs inside the outsider: a TCP connection attempt to each port at once, the outcomes as JSON.
+_SCAN = """
+import concurrent.futures, json, socket, sys
+host, ports, timeout = json.loads(sys.stdin.read())
+def attempt(port):
+    s = socket.socket(socket.AF_INET6 if ':' in host else socket.AF_INET)
+    s.settimeout(timeout)
+    try:
+        s.connect((host, port))
+        return 'open'
+    except socket.timeout:
+        return 'timeout'
+    except ConnectionRefusedError:
+        return 'refused'
+    except OSError as err:
+        return 'error ' + str(err)
+    finally:
+        s.close()
+with concurrent.futures.ThreadPoolExecutor(64) as pool:
+    print(json.dumps(dict(zip(map(str, ports), pool.map(attempt, ports)))))
+"""
+
+
 class Outsider:
     def __init__(self, name: str) -> None:
         self.name = name
@@ -85,6 +109,12 @@ class Outsider:
     def connect(self, host: str, port: int, timeout: float = 3) -> str:
         """open, refused, timeout (dropped on the way) or "error ..." (no route, ...)."""
         return self.exec("python3", "-c", _CONNECT, host, str(port), str(timeout), timeout=timeout + 30).strip()
+
+    def scan(self, host: str, ports: list[int], timeout: float = 3) -> dict[int, str]:
+        """connect() to every port at once: port -> open, refused, timeout or "error ..."."""
+        found = json.loads(self.exec("python3", "-c", _SCAN, input_text=json.dumps([host, sorted(ports), timeout]),
+                                     timeout=timeout * (1 + len(ports) // 64) + 30))
+        return {int(port): outcome for port, outcome in found.items()}
 
     def put(self, source: str, dest: str) -> str:
         """Copy a file of this machine into the outsider; its path there."""

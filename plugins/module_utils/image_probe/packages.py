@@ -12,7 +12,9 @@ import re
 
 # dist-info name prefix (normalized) -> the name reported.
 PACKAGES = {"ray": "ray", "torch": "torch", "transformers": "transformers",
-            "nvidia_nccl": "nvidia-nccl", "triton": "triton", "flashinfer_python": "flashinfer"}
+            "nvidia_nccl": "nvidia-nccl", "triton": "triton", "flashinfer_python": "flashinfer",
+            # Ray Client's dependency: with it, `ray start --head` opens Ray's client server (the plan, ray_cluster).
+            "grpcio": "grpcio"}
 _VERSION_FILES = {"torch": "torch/version.py", "ray": "ray/_version.py", "transformers": "transformers/__init__.py",
                   "triton": "triton/__init__.py"}
 _VERSION_ASSIGN = re.compile(

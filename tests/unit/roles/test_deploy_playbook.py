@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jinja2
+import pytest
 import yaml
 
 PLAYS = yaml.safe_load((Path(__file__).resolve().parents[3] / "playbooks" / "deploy.yml").read_text())
@@ -36,3 +38,22 @@ def test_a_node_failing_before_the_service_restarts_stops_the_run_everywhere():
     serving = next(i for i, play in enumerate(PLAYS) if play.get("tags") == ["vllm_serve"])
     for play in PLAYS[2:serving + 1]:
         assert play.get("any_errors_fatal") is True, play["name"]
+
+
+def _check_task():
+    tasks = yaml.safe_load((Path(__file__).resolve().parents[3] / "roles/vllmops/tasks/deploy_state_check.yml").read_text())
+    return next(task for task in tasks if "vllmops.cluster.deploy_state" in task)["vllmops.cluster.deploy_state"]
+
+
+@pytest.mark.parametrize(("variables", "passed"), [
+    ({"model_hub_repo": "org/name", "model_hub_revision": "main"}, "main"),
+    ({"model_hub_repo": "org/name", "model_hub_revision": "main", "model_source": "hub"}, "main"),
+    ({"model_hub_repo": "org/name", "model_hub_revision": "main", "model_source": "node"}, ""),
+    ({"model_hub_revision": "main"}, ""),  # no repository: the model does not come from the hub
+    ({}, ""),
+])
+def test_the_comparison_is_given_the_hub_revision_of_a_model_from_the_hub(variables, passed):
+    """A branch of the hub is resolved on every full run (roles/model/README.md): the comparison must see it to
+    send the run down the full path (issue 38)."""
+    expression = _check_task()["model_hub_revision"]
+    assert jinja2.Environment().from_string(expression).render(**variables).strip() == passed

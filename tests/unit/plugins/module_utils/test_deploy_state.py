@@ -29,6 +29,8 @@ def node(tmp_path, monkeypatch):
     monkeypatch.setattr(deploy_state, "addresses", lambda run: ["eth1 10.0.0.1/24"])
     monkeypatch.setattr(deploy_state, "gpus", lambda run: [])
     monkeypatch.setattr(deploy_state, "answers", lambda urls: {u: 200 for u in urls})
+    (tmp_path / "ip_local_port_range").write_text("32768\t60999\n")
+    monkeypatch.setattr(deploy_state, "PORT_RANGE", str(tmp_path / "ip_local_port_range"))
     spec = {"files": [str(etc / "**")], "files_excluded": [str(etc / "health.json")], "units": ["vllmops*"]}
     return etc, state, spec, str(tmp_path / "var" / "deploy-state.json")
 
@@ -107,3 +109,32 @@ def test_privacy_addresses_which_rotate_by_themselves_do_not_count():
            "2: eth0    inet6 2001:db8::1234/64 scope global temporary dynamic \\       valid_lft 86000sec\n"
            "2: eth0    inet6 2001:db8::1/64 scope global \\       valid_lft forever\n")
     assert deploy_state.addresses(lambda argv: (0, out)) == ["eth0 10.0.0.1/24", "eth0 2001:db8::1/64"]
+
+
+def test_a_widened_ephemeral_range_is_a_difference(node, tmp_path):
+    """The firewall filters the range it read on the node: ports a widened range adds stay open until the full
+    path loads the table again (issue 38)."""
+    _, _, spec, record = node
+    deploy_state.write(record, "inputs-1", spec, RUN)
+    (tmp_path / "ip_local_port_range").write_text("1024\t65000\n")
+    assert deploy_state.check(record, "inputs-1", RUN) == (
+        False, ["ephemeral_ports: 32768-60999 -> 1024-65000"])
+
+
+@pytest.mark.parametrize(("revision", "converged"), [
+    ("", True),                                              # the model does not come from the hub
+    ("6ea5c6cacb986d737dc3af973ab9c64235f82ff8", True),      # a commit cannot move
+    ("main", False),                                         # a branch can
+    ("v1.0", False),                                         # so can a tag
+    ("6ea5c6c", False),                                      # a short hash is resolved by the hub, as a name
+    ("6EA5C6CACB986D737DC3AF973AB9C64235F82FF8", False),     # the hub's commits are lower case
+])
+def test_only_a_commit_of_the_hub_lets_a_run_take_the_fast_path(node, revision, converged):
+    """roles/model resolves a branch or a tag on every run; the fast path would skip that (issue 38)."""
+    _, _, spec, record = node
+    deploy_state.write(record, "inputs-1", spec, RUN)
+    found, reasons = deploy_state.check(record, "inputs-1", RUN, revision)
+    assert found is converged
+    if not converged:
+        assert reasons == [f"model_hub_revision {revision!r} is not a commit hash (40 hex digits): only a full run asks "
+                           "the hub what it names now; pin the commit to let re-runs take the fast path"]

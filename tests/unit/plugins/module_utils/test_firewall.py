@@ -16,6 +16,7 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.firewall import (
     live_digest,
     merge_ranges,
     parse_ports,
+    read_port_range,
     render,
     subtract_ports,
     verdict,
@@ -162,3 +163,20 @@ def test_the_kernel_accepts_the_rendered_file(settings):
     proc = subprocess.run(["nft", "-c", "-f", "-"], input=render(build_policy(**settings)), text=True,
                           capture_output=True, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("32768\t60999\n", "32768-60999"),   # as the kernel writes it
+    ("1024 65000\n", "1024-65000"),       # widened by hand (sysctl -w): the record sees the same text as the firewall
+])
+def test_the_node_s_ephemeral_range_as_the_firewall_and_the_record_read_it(tmp_path, text, expected):
+    """One reader for the firewall (firewall_ephemeral_ports: auto) and deploy.yml's record (issue 38)."""
+    (tmp_path / "range").write_text(text)
+    assert read_port_range(str(tmp_path / "range")) == expected
+    assert read_port_range(str(tmp_path / "missing")) is None
+
+
+def test_a_range_the_firewall_cannot_read_is_refused_by_name(tmp_path):
+    (tmp_path / "range").write_text("garbage\n")
+    with pytest.raises(FirewallError, match=r"the ephemeral port range \(.*range\): 'garbage\\n' is not a TCP port"):
+        read_port_range(str(tmp_path / "range"))

@@ -17,11 +17,13 @@ def site(files: dict, cheap=True) -> MemoryFiles:
 
 def test_dist_info_names_give_versions():
     files = site({"ray-2.40.0.dist-info/METADATA": "", "nvidia_nccl_cu12-2.21.5.dist-info/METADATA": "",
-                  "Flashinfer.Python-0.2.0.egg-info/PKG-INFO": "", "torch/__init__.py": ""})
+                  "Flashinfer.Python-0.2.0.egg-info/PKG-INFO": "", "torch/__init__.py": "",
+                  "grpcio-1.76.0.dist-info/METADATA": ""})
     dists = dist_versions(files, SITE)
-    assert dists == {"ray": "2.40.0", "nvidia_nccl_cu12": "2.21.5", "flashinfer_python": "0.2.0"}
+    assert dists == {"ray": "2.40.0", "nvidia_nccl_cu12": "2.21.5", "flashinfer_python": "0.2.0", "grpcio": "1.76.0"}
     assert package_versions(files, SITE, dists) == {"ray": "2.40.0", "torch": None, "transformers": None,
-                                                    "nvidia-nccl": "2.21.5", "triton": None, "flashinfer": "0.2.0"}
+                                                    "nvidia-nccl": "2.21.5", "triton": None, "flashinfer": "0.2.0",
+                                                    "grpcio": "1.76.0"}
 
 
 @pytest.mark.parametrize(("rel", "text", "package", "version"), [

@@ -1,29 +1,39 @@
 """Streaming an image from a source down a chain of receivers: archive identity, tokens per hop, byte-exact
 copies, bytes relayed as they arrive, errors that reach every node below the hop that broke."""
 
+import contextlib
 import hashlib
 import io
 import json
 import os
 import socket
+import struct
 import tarfile
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DockerClient, DockerError
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_identity import content_id
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import (
+    CHALLENGE_HEADER,
     CONTENT_TYPE,
+    MAX_FRAME,
+    PROOF_HEADER,
     ImageStream,
     Relay,
     TransferError,
     archive_image,
     check_bind_address,
+    check_loaded,
     local_image,
+    proof,
     receive,
     serve,
+    ticket,
 )
 
 
@@ -305,6 +315,30 @@ def test_a_source_that_fails_mid_stream_fails_every_node_below_with_its_reason()
     assert outcome["relay"] is None, "node-a's relay did its job: it passed the error on"
 
 
+def read_request(conn):
+    """A raw hop's view of the GET: its request line and headers (name lower-cased)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        more = conn.recv(4096)
+        if not more:
+            break
+        data += more
+    line, *fields = data.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+    return line, {name.strip().lower(): value.strip() for name, value in (f.split(":", 1) for f in fields)}
+
+
+def answer(conn, token=None, proof_of=None):
+    """Read the GET and answer 200 with an image stream's Content-Type, and the proof for token when given (or
+    proof_of(challenge): what an impostor can make of it); return the request line and headers."""
+    line, headers = read_request(conn)
+    said = proof(token, headers[CHALLENGE_HEADER.lower()]) if token else None
+    if proof_of:
+        said = proof_of(headers[CHALLENGE_HEADER.lower()])
+    extra = f"{PROOF_HEADER}: {said}\r\n" if said else ""
+    conn.sendall(f"HTTP/1.0 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\n{extra}\r\n".encode())
+    return line, headers
+
+
 def test_a_hop_that_dies_mid_stream_is_named_by_the_node_below(tmp_path):
     """node-a's process ends half-way (the connection closes without the end mark): node-b names node-a."""
     port = free_port()
@@ -312,8 +346,8 @@ def test_a_hop_that_dies_mid_stream_is_named_by_the_node_below(tmp_path):
 
     def dying_hop():
         conn, _ = listener.accept()
-        conn.recv(4096)
-        conn.sendall(f"HTTP/1.0 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\n\r\n".encode() + b"D\x00\x00\x00\x05hello")
+        answer(conn, "tok-b")
+        conn.sendall(b"D\x00\x00\x00\x05hello")
         conn.close()
     thread = threading.Thread(target=dying_hop)
     thread.start()
@@ -330,8 +364,7 @@ def test_a_hop_that_stalls_is_named_after_the_idle_time():
 
     def stalling_hop():
         conn, _ = listener.accept()
-        conn.recv(4096)
-        conn.sendall(f"HTTP/1.0 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\n\r\n".encode())
+        answer(conn, "tok-b")
         stop.wait(10)
         conn.close()
     thread = threading.Thread(target=stalling_hop)
@@ -343,6 +376,133 @@ def test_a_hop_that_stalls_is_named_after_the_idle_time():
     stop.set()
     thread.join(5)
     listener.close()
+
+
+# --- Only a sender that proves it holds the hop's token feeds a node (issue 38) --------------------------------
+
+
+def impostor(port, **how):
+    """A program that took the copy port first: it answers the GET (answer()'s `how`) with a whole, well-framed
+    stream; returns its thread and what it saw of the request."""
+    listener = socket.create_server(("127.0.0.1", port))
+    seen = {}
+
+    def run():
+        conn, _ = listener.accept()
+        seen["request"] = answer(conn, **how)
+        with contextlib.suppress(OSError):
+            conn.sendall(b"D" + struct.pack(">I", 7) + b"hostile" + b"E" + struct.pack(">I", 1) + b"7")
+        conn.close()
+        listener.close()
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, seen
+
+
+@pytest.mark.parametrize("how", [
+    {},
+    {"token": "tok-other"},
+    {"proof_of": lambda challenge: proof(ticket("tok-b"), challenge)},  # all it saw was the ticket
+    {"proof_of": lambda challenge: challenge},
+], ids=["no-proof", "another-token", "keyed-by-the-ticket", "echo"])
+def test_a_sender_without_the_proof_is_refused_and_nothing_is_loaded(how):
+    port = free_port()
+    thread, seen = impostor(port, **how)
+    engine = Engine()
+    with pytest.raises(TransferError, match=r"node-a at http://127\.0\.0\.1:\d+ did not prove that it holds this "
+                                            r"node's token, so its stream was refused before anything was read"):
+        receive(engine, f"http://127.0.0.1:{port}/tok-b", 5, upstream="node-a", idle_s=5)
+    thread.join(5)
+    assert engine.chunks == [], "nothing of an unproven stream reaches docker load"
+    line, headers = seen["request"]
+    assert "tok-b" not in line + " ".join(headers.values()), "the token itself never crosses the network"
+
+
+def test_an_impostor_upstream_feeds_no_node_of_the_chain():
+    source_port, relay_port = free_port(), free_port()
+    fake, _seen = impostor(source_port)
+    relay = Relay("node-b", "127.0.0.1", relay_port, "tok-b", deadline_s=30, idle_s=10)
+    engine_a, engine_b, outcome = Engine(), Engine(), {}
+    node_a = run_node(outcome, "node-a", engine_a, f"http://127.0.0.1:{source_port}/tok-a", 10,
+                      upstream="the image source", relay=relay, idle_s=10)
+    node_b = run_node(outcome, "node-b", engine_b, f"http://127.0.0.1:{relay_port}/tok-b", 10, upstream="node-a",
+                      idle_s=10)
+    for thread in (node_a, node_b, fake):
+        thread.join(30)
+        assert not thread.is_alive(), "a hop hung"
+    for node in ("node-a", "node-b"):
+        assert "the image source at http://127.0.0.1" in str(outcome[node])
+        assert "did not prove that it holds this node's token" in str(outcome[node])
+    assert engine_a.chunks == engine_b.chunks == [] and relay.sent == 0
+
+
+def test_a_request_without_a_challenge_gets_nothing_and_leaves_the_token_unused(tmp_path, fake_docker):
+    archive = make_archive(tmp_path / "image.tar")
+    port = free_port()
+    thread, outcome = serve_in_background(ImageStream(None, archive=archive), port, ["tok"], idle_s=1)
+    for _ in range(50):  # until the source listens
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            break
+        time.sleep(0.1)
+    with pytest.raises(urllib.error.HTTPError, match="400"):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/{ticket('tok')}", timeout=5)
+    receive(fake_docker, f"http://127.0.0.1:{port}/tok", connect_deadline_s=10)
+    thread.join(10)
+    assert outcome == {"tok": os.path.getsize(archive)}
+
+
+def test_a_frame_bigger_than_the_cap_is_refused_before_it_is_read():
+    port = free_port()
+    listener = socket.create_server(("127.0.0.1", port))
+
+    def greedy_hop():
+        conn, _ = listener.accept()
+        answer(conn, "tok-b")
+        conn.sendall(b"D\xff\xff\xff\xff" + b"x" * 10)  # a 4 GiB frame, of which 10 bytes come
+        conn.close()
+    thread = threading.Thread(target=greedy_hop)
+    thread.start()
+    with pytest.raises(TransferError, match=rf"node-a sent a frame of {0xFFFFFFFF} bytes, more than the {MAX_FRAME} a "
+                                            "frame may hold, after 0 bytes"):
+        receive(Engine(), f"http://127.0.0.1:{port}/tok-b", 5, upstream="node-a", idle_s=5)
+    thread.join(5)
+    listener.close()
+
+
+def test_a_chunk_bigger_than_a_frame_is_sent_in_several():
+    big = bytes(range(256)) * ((2 * MAX_FRAME + 512) // 256)
+    port = free_port()
+    server, served = serve_in_background(Scripted([big]), port, ["t"])
+    engine = Engine()
+    copied, _seconds, _said = receive(engine, f"http://127.0.0.1:{port}/t", 10)
+    server.join(10)
+    assert engine.loaded == big and copied == len(big) and served == {"t": len(big)}
+    assert [len(chunk) for chunk in engine.chunks] == [MAX_FRAME, MAX_FRAME, 512]
+
+
+# What the engine's load says (classic store: FamiliarString of each RepoTag, "Loaded image ID" for an untagged
+# image; containerd store likewise), and whether image_receive, asked for `image`, accepts it.
+@pytest.mark.parametrize(("said", "image", "image_id", "refused"), [
+    ("Loaded image: demo/serving:v0", "demo/serving:v0", None, None),
+    ("Loaded image: ubuntu:22.04", "docker.io/library/ubuntu:22.04", None, None),
+    ("Loaded image: docker.io/vllm/vllm-openai:v1", "vllm/vllm-openai:v1", None, None),
+    ("Loaded image: ubuntu:latest", "ubuntu", None, None),
+    ("The image demo/serving:v0 already exists, renaming the old one with ID sha256:0ld to empty string\n"
+     "Loaded image: demo/serving:v0", "demo/serving:v0", None, None),
+    ("Loaded image ID: sha256:abc", "demo/serving:v0", "sha256:abc", None),
+    ("", "demo/serving:v0", None, None),
+    ("Loaded image: demo/serving:v0\nLoaded image: busybox:latest", "demo/serving:v0", None, "busybox:latest"),
+    ("Loaded image: library/evil:1", "demo/serving:v0", None, "library/evil:1"),
+    ("Loaded image: demo/serving:v1", "demo/serving:v0", None, "demo/serving:v1"),
+    ("Loaded image ID: sha256:def", "demo/serving:v0", "sha256:abc", "sha256:def"),
+    ("Loaded image ID: sha256:def", "demo/serving:v0", None, "sha256:def"),
+])
+def test_a_load_of_any_other_image_is_refused(said, image, image_id, refused):
+    if refused is None:
+        check_loaded(said, image, image_id)
+        return
+    with pytest.raises(TransferError, match=rf"docker load also loaded {refused}, not only {image}: the stream held"):
+        check_loaded(said, image, image_id)
 
 
 def test_a_node_whose_load_fails_still_relays_the_whole_stream():

@@ -3,11 +3,18 @@
 import hashlib
 import os
 import socket
+import struct
 import threading
 
 import pytest
 from ansible_collections.vllmops.cluster.plugins.module_utils import model_files
-from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import Relay, TransferError, receive_stream, serve
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import (
+    CONTENT_TYPE,
+    Relay,
+    TransferError,
+    receive_stream,
+    serve,
+)
 
 
 def free_port():
@@ -139,10 +146,56 @@ def test_a_corrupt_source_fails_the_copy_and_leaves_the_served_model_alone(tmp_p
     assert again.discarded
 
 
-def test_file_names_that_leave_the_directory_are_refused(tmp_path):
-    for name in ("../etc/passwd", "/etc/passwd", "a/../../b", ".cache/x", ""):
-        with pytest.raises(TransferError):
-            model_files.FileStream(str(tmp_path), [name], {name: 1})
+def test_a_sender_without_the_proof_writes_nothing_and_the_failed_copy_leaves_nothing(tmp_path):
+    """A program that took the copy port first serves the model's very bytes, well framed, but cannot prove it holds
+    the token: nothing is written, the staging directory goes, the served model and its manifest stay."""
+    source = make_model(tmp_path / "src" / "m")
+    target = make_model(tmp_path / "n0" / "m", weights=100)
+    before = {path: path.read_bytes() for path in target.rglob("*") if path.is_file()}
+    files = model_files.identity(model_files.scan(str(source))[0])
+    names = list(files)
+    stream = []
+    model_files.FileStream(str(source), names, {n: files[n]["size"] for n in names}).stream(stream.append)
+    body = b"".join(b"D" + struct.pack(">I", len(chunk)) + chunk for chunk in stream)
+    body += b"E" + struct.pack(">I", len(str(sum(map(len, stream))))) + str(sum(map(len, stream))).encode()
+    port = free_port()
+    listener = socket.create_server(("127.0.0.1", port))
+
+    def impostor():
+        conn, _ = listener.accept()
+        conn.recv(4096)
+        conn.sendall(f"HTTP/1.0 200 OK\r\nContent-Type: {CONTENT_TYPE}\r\n\r\n".encode() + body)
+        conn.close()
+    thread = threading.Thread(target=impostor)
+    thread.start()
+    have = model_files.identity(model_files.scan(str(target))[0])
+    copy = model_files.StagedCopy(str(target), files, names, model_files.needed(have, files))
+    copy.prepare(have)
+    with pytest.raises(TransferError, match="did not prove that it holds this node's token"):
+        receive_stream(copy.write, "writing the model", f"http://127.0.0.1:{port}/t", 5, upstream="node-a", idle_s=5)
+    thread.join(5)
+    listener.close()
+    assert copy.written == 0
+    copy.discard()  # what model_receive does with a copy that failed
+    assert not os.path.exists(copy.staging)
+    assert {path: path.read_bytes() for path in target.rglob("*") if path.is_file()} == before
+    assert model_files.read_manifest(str(target)) is None
+
+
+@pytest.mark.parametrize("name", ["../etc/passwd", "/etc/passwd", "a/../../b", "a//b", "./a", ".cache/x", "", "a\0b",
+                                  None, 7])
+def test_file_names_that_leave_the_directory_are_refused(tmp_path, name):
+    with pytest.raises(TransferError, match="refusing the file name"):
+        model_files.safe_name(name)
+    with pytest.raises(TransferError):
+        model_files.FileStream(str(tmp_path), [name], {name: 1})
+    with pytest.raises(TransferError):  # a reference name is joined to paths too (prepare links it)
+        model_files.StagedCopy(str(tmp_path / "m"), {name: {"size": 1, "sha256": "x"}}, [], [])
+
+
+@pytest.mark.parametrize("name", ["config.json", "sub/tokenizer.json", "a.b/..c", ".hidden"])
+def test_file_names_inside_the_directory_pass(name):
+    assert model_files.safe_name(name) == name
 
 
 def test_swap_replaces_the_directory_whole(tmp_path):

@@ -192,6 +192,18 @@ def test_a_ray_without_auth_is_named_in_a_warning_and_the_summary():
     assert plan(TWO, NEW)["ray"]["warning"] is None  # no Ray runs: nothing to warn about
 
 
+# `ray start --head` opens Ray's client server whenever the image has grpcio (Ray Client's dependency), and it cannot
+# be turned off then: the plan says so, and the Ray units pin its port (closed to non-members by the firewall).
+@pytest.mark.parametrize(("image", "backend", "expected"), [
+    (dict(OLD_RAY, ray_version="2.40.0", ray_client=True), "auto", True),
+    (dict(OLD_RAY, ray_version="2.60.0", ray_client=True), "auto", True),
+    (dict(OLD_RAY, ray_version="2.60.0"), "auto", False),             # Ray without grpcio: no client server
+    (dict(NEW_RAY, ray_version="2.60.0", ray_client=True), "auto", False),  # mp: no Ray runs
+], ids=["old Ray with grpcio", "new Ray with grpcio", "no grpcio", "mp backend"])
+def test_the_plan_says_when_rays_client_server_opens(image, backend, expected):
+    assert plan(TWO, image, backend=backend)["ray"]["client_server"] is expected
+
+
 def test_a_ray_version_alone_says_the_image_has_ray():
     result = plan(TWO, dict(OLD_NO_RAY, ray_version="2.60.0"))
     assert result["backend"] == "ray" and result["ray"]["token_auth"] is True
