@@ -6,7 +6,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 name: control_characters
 short_description: The settings whose text holds a control character, before it is written into a unit or environment file
-version_added: 0.2.0
+version_added: 0.1.0
 description:
   - A line break in a value written into a systemd unit or a C(docker --env-file) file splits its line - the rest
     becomes a directive or a variable of its own; other control characters (below U+0020, and U+007F) corrupt it.

@@ -34,3 +34,14 @@ def test_every_setting_written_into_a_unit_or_environment_file_is_checked():
     for name, settings in DERIVED.items():
         assert name in named, f"{name} is no longer in the files: update DERIVED"
         assert settings <= CHECKED, (name, sorted(settings - CHECKED))
+
+
+def test_preflight_refuses_control_characters_before_anything_changes():
+    # deploy.yml's preflight runs before any play changes a node: the command-line settings and vLLM's environment
+    # are checked there (the role checks every setting it writes again, for a run of the role alone).
+    tasks = yaml.safe_load((ROLE.parent / "preflight/tasks/main.yml").read_text())
+    checks = [task for task in tasks if "control_characters" in str(task.get("vars", {}))]
+    assert len(checks) == 1, [task.get("name") for task in tasks]
+    checked = str(checks[0]["vars"])
+    assert "_preflight_command_line_settings" in checked and "vllm_serve_env" in checked, checked
+    assert "Nothing was changed on any host" in checks[0]["ansible.builtin.assert"]["fail_msg"]
