@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PLAY = yaml.safe_load((ROOT / "playbooks/teardown.yml").read_text())[0]
 SECRETS = ["vllm.env", "last-good/vllm.env", "previous/vllm.env"]

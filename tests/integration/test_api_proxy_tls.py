@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 TASKS = ROOT / "roles/api_proxy/tasks/tls_generate.yml"
 NAMES = ["DNS:head", "IP:10.0.0.1", "DNS:localhost", "IP:127.0.0.1"]
