@@ -12,16 +12,15 @@ sanity on plugins/, the built collection installed and used, the docs
 (antsibull-docs, antsibull-changelog, ansible-builder create), the molecule
 scenarios, `make sandbox` run twice (the second run must change nothing) and
 tests/e2e on it, and the Ray backend's stories on a second sandbox
-(tests/e2e_ray). `--only NAME` (repeatable) runs a subset. The two sandboxes
-are the longest gates: right after the harness, their images are built (`make
-sandbox-images`), then the sandbox gate and the ray gate start in the
-background, side by side, and run while every other gate runs. Meanwhile
-`oldest` runs, then the molecule scenarios start in the background while the
-gates from yamllint to docs run. A gate in the background is printed when its
-turn comes (molecule's after docs, the sandboxes' last). The summary gives each
-gate's time against its budget (docs/development.md, "Time budget") and the
-total against 2700 s, names a gate over its budget, and repeats the last lines
-of each failed gate.
+(tests/e2e_ray). `--only NAME` (repeatable) runs a subset. The molecule
+scenarios start in the background after `oldest`, while the gates from
+yamllint to docs run; their output is printed when they end. Once those gates
+are done, the sandboxes' images are built beside molecule (`make
+sandbox-images`); the sandbox gate and the ray gate run last, side by side (the
+ray gate's output is printed when it ends). The summary gives each gate's time
+against its budget (docs/development.md, "Time budget") and the total against
+2700 s, names a gate over its budget, and repeats the last lines of each failed
+gate.
 """
 
 from __future__ import annotations
@@ -297,12 +296,6 @@ def gate_ray() -> int:
     return sh(argv, env=env)
 
 
-def sandbox_command() -> tuple[list[str], dict]:
-    """The sandbox gate in a process of its own (this script with --alone), to run in the background."""
-    return ([sys.executable, str(Path(__file__).resolve()), "--alone", "sandbox"],
-            dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}"))
-
-
 GATES = {
     "harness": gate_harness,
     "oldest": gate_oldest,  # alone: it builds its venv (CI: on a fresh machine) and failed once beside molecule
@@ -320,22 +313,22 @@ GATES = {
 }
 
 
-# The two sandboxes are the longest gates (each leaves the cores idle much of the time, waiting on vLLM, Ray, the
-# watchdogs' windows): they start first, right after the harness, and run in the background beside every other gate.
-SANDBOXES = ("sandbox", "ray")
-# These gates only read the checkout and use this machine's CPU. They run while the molecule scenarios start
-# (creating nodes, installing packages in them and converging wait on apt, SSH and Docker much of the time).
+# These gates only read the checkout and use this machine's CPU. They run
+# while the molecule scenarios start (creating nodes, installing packages in
+# them and converging wait on apt, SSH and Docker much of the time). The
+# sandbox gate and the ray gate (two sandboxes) run side by side, last.
 BESIDE_MOLECULE = ("yamllint", "ansible-lint", "ruff", "pytest", "integration", "sanity", "package", "docs")
-# The gates whose time is inside the sandbox gate's (they run beside it): everything but the harness.
-BESIDE_SANDBOX = ("oldest", "molecule", "ray", *BESIDE_MOLECULE)
+# The Ray backend's stories run on a second sandbox of their own (tests/e2e_ray), beside the sandbox gate: each
+# leaves the cores idle much of the time (waiting on vLLM, Ray, the watchdogs' windows) that the other uses.
+BESIDE_SANDBOX = ("ray",)
 
 
 class Background:
     """One gate's command in the background, its output kept in a file and
-    printed once it ends (and someone waits for it)."""
+    printed once it ends."""
 
     def __init__(self, argv: list[str], env: dict) -> None:
-        self.argv = argv
+        print(f"$ {' '.join(argv)}  (in the background; its output follows its end)", flush=True)
         fd, name = tempfile.mkstemp(prefix="vllmops-gate-", suffix=".log")
         self.log = Path(name)
         self.started, self.ended = time.monotonic(), None
@@ -350,7 +343,6 @@ class Background:
 
     def wait(self) -> int:
         rc = self.proc.wait()
-        print(f"$ {' '.join(self.argv)}  (ran in the background, rc {rc}; its output follows)", flush=True)
         sys.stdout.write(self.log.read_text(errors="replace"))
         sys.stdout.flush()
         self.log.unlink()
@@ -360,42 +352,6 @@ class Background:
         if self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait()
-
-
-class Sandboxes:
-    """The sandbox gate and the ray gate in the background, side by side: first the images both use (built once,
-    never by both at once: `make sandbox-images`), then each gate's command, started by a thread as soon as the
-    images are there, while the other gates run in the foreground."""
-
-    def __init__(self, names: list[str]) -> None:
-        self.images = Background(*sandbox_images_command())
-        self.images_rc: int | None = None
-        self.gates: dict[str, Background] = {}
-        commands = {"sandbox": sandbox_command, "ray": ray_command}
-        self.thread = threading.Thread(target=self._start, args=([commands[name] for name in names],), daemon=True)
-        self.thread.start()
-
-    def _start(self, commands) -> None:
-        if self.images.proc.wait() == 0:
-            for command in commands:
-                argv, env = command()
-                self.gates["ray" if command is ray_command else "sandbox"] = Background(argv, env)
-
-    def wait(self, name: str) -> tuple[int, float, float | None]:
-        """One gate's exit status, start and end; the images' output first, once."""
-        self.thread.join()
-        if self.images_rc is None:
-            self.images_rc = self.images.wait()
-            print(f"(the sandboxes' images: {self.images.ended - self.images.started:.0f} s)", flush=True)
-        gate = self.gates.get(name)
-        if gate is None:
-            return self.images_rc or 1, self.images.started, self.images.ended
-        return gate.wait(), gate.started, gate.ended
-
-    def stop(self) -> None:
-        self.thread.join(timeout=5)
-        for background in (self.images, *self.gates.values()):
-            background.stop()
 
 
 def budgets(doc: Path = BUDGETS_DOC) -> dict[str, int]:
@@ -432,41 +388,49 @@ def budget_report(results: list[tuple[str, int, float]], total: float, budget: d
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append", choices=list(GATES), help="run only this gate (repeatable)")
-    parser.add_argument("--alone", choices=list(GATES),
-                        help="run this one gate's command, no summary (how a gate runs in the background)")
     args = parser.parse_args()
-    if args.alone:
-        return GATES[args.alone]()
     selected = [name for name in GATES if not args.only or name in args.only]
     results, endings = [], {}
     began = time.monotonic()
-    molecule = sandboxes = None
+    molecule = images = ray = None
     sys.stdout = tail = Tail(sys.stdout)
     try:
         for name in selected:
-            if sandboxes is None and name != "harness" and any(n in selected for n in SANDBOXES):
-                lanes = [n for n in SANDBOXES if n in selected]
-                print(f"\n===== {' and '.join(lanes)} (started in the background once their images are built, "
-                      "beside the gates that follow) =====", flush=True)
-                sandboxes = Sandboxes(lanes)
             if name in BESIDE_MOLECULE and "molecule" in selected and molecule is None:
                 print("\n===== molecule (started, beside the gates that follow) =====", flush=True)
                 molecule = Background(*molecule_command())
+            if name == "molecule" and molecule is not None and "sandbox" in selected:
+                print("\n===== the sandbox's images (built beside molecule) =====", flush=True)
+                images = Background(*sandbox_images_command())
             print(f"\n===== {name} =====", flush=True)
             tail.take()
             started, ended = time.monotonic(), None
             if name == "molecule" and molecule is not None:
                 rc = molecule.wait()
                 started, ended = molecule.started, molecule.ended
-            elif name in SANDBOXES and sandboxes is not None:
-                rc, started, ended = sandboxes.wait(name)
+            elif name == "sandbox":
+                # What both sandboxes use is built first (beside molecule when it ran), never by both at once.
+                print("(waiting for the sandbox's images)", flush=True)
+                if images is None:
+                    argv, env = sandbox_images_command()
+                    rc = sh(argv, env=env)
+                else:
+                    rc = images.wait()
+                started = time.monotonic()
+                if "ray" in selected and not rc:
+                    print("\n===== ray (started, beside sandbox: a second sandbox of its own) =====", flush=True)
+                    ray = Background(*ray_command())
+                rc = rc or GATES[name]()
+            elif name == "ray" and ray is not None:
+                rc = ray.wait()
+                started, ended = ray.started, ray.ended
             else:
                 rc = GATES[name]()
             results.append((name, rc, (ended or time.monotonic()) - started))
             if rc:
                 endings[name] = tail.take()
     finally:
-        for background in (molecule, sandboxes):
+        for background in (molecule, images, ray):
             if background is not None:
                 background.stop()
     for name, lines in endings.items():
@@ -476,9 +440,8 @@ def main() -> int:
     print(*budget_report(results, total, budgets()), sep="\n")
     if molecule is not None:
         print(f"(molecule ran beside {', '.join(n for n in selected if n in BESIDE_MOLECULE)}: its time includes theirs)")
-    if sandboxes is not None:
-        print(f"({' and '.join(sandboxes.gates)} ran in the background beside the other gates: their times include "
-              "theirs)")
+    if ray is not None:
+        print("(ray ran beside sandbox: its time includes the sandbox gate's)")
     failed = sum(1 for _, rc, _ in results if rc != 0)
     print(f"{len(results) - failed} passed, {failed} failed in {total:.0f} s")
     return 1 if failed else 0
