@@ -52,7 +52,8 @@ def test_an_outsider_reaches_ssh_and_what_the_inventory_opens_only(cluster, outs
             # a port that is not reached is dropped on the way (the firewall), not refused by the node
             assert {said for port, said in outcome.items() if port not in reached[node, network]} <= {"timeout"}, \
                 (node, network, outcome)
-    head_ports = tried[HEAD, "management"]
+    # Ray binds its client server (and its agents) to the node's address on the cluster network
+    head_ports = tried[HEAD, "management"] | tried[HEAD, "cluster"]
     assert CLIENT_SERVER in head_ports, f"Ray's client server is not listening on the head: {sorted(head_ports)}"
     for (node, network), ports in reached.items():
         opened = ({SSH} | ({API} if node == HEAD else set()) | set(METRICS)) if network == "management" else {SSH}

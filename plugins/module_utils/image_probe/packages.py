@@ -16,9 +16,11 @@ PACKAGES = {"ray": "ray", "torch": "torch", "transformers": "transformers",
             # Ray Client's dependency: with it, `ray start --head` opens Ray's client server (the plan, ray_cluster).
             "grpcio": "grpcio"}
 _VERSION_FILES = {"torch": "torch/version.py", "ray": "ray/_version.py", "transformers": "transformers/__init__.py",
-                  "triton": "triton/__init__.py"}
+                  "triton": "triton/__init__.py", "grpcio": "grpc/_grpcio_metadata.py"}
+# `__version__ = '1.2'`, `version: str = "1.2"`, `__version__ = version = '1.2'`, and grpc's `__version__ = """1.2"""`.
 _VERSION_ASSIGN = re.compile(
-    r"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*(?:(?:__version__|version)\s*=\s*)?['"]([^'"]+)['"]""", re.M)
+    r"^(?:__version__|version)\s*(?::\s*str\s*)?=\s*(?:(?:__version__|version)\s*=\s*)?(?:'''|\"\"\"|['\"])([^'\"]+)['\"]",
+    re.M)
 _DIST_DIR = re.compile(r"(.+?)-(\d[^-]*)\.(dist-info|egg-info)")
 
 

@@ -42,7 +42,7 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.vllm_f
 from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_source import VllmSourceError
 
 # Bump when what the probe extracts changes: cached results of older probes are ignored.
-PROBE_VERSION = 3
+PROBE_VERSION = 4  # 4: packages.grpcio (Ray Client's dependency)
 
 
 class ProbeError(Exception):

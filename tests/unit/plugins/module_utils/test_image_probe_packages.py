@@ -31,6 +31,8 @@ def test_dist_info_names_give_versions():
     ("ray/_version.py", 'version = "2.9.0"\n', "ray", "2.9.0"),
     ("transformers/__init__.py", '__version__: str = "4.46.3"\n', "transformers", "4.46.3"),
     ("triton/__init__.py", "__version__ = version = '3.1.0'\n", "triton", "3.1.0"),
+    # grpc's metadata module, in triple quotes: the containerd image store has no cheap listing of dist-info names
+    ("grpc/_grpcio_metadata.py", '__version__ = """1.85.3"""\n', "grpcio", "1.85.3"),
     ("nvidia/nccl/include/nccl.h", "#define NCCL_MAJOR 2\n#define NCCL_MINOR 21\n#define NCCL_PATCH 5\n",
      "nvidia-nccl", "2.21.5"),
     ("nvidia/nccl/include/nccl.h", "#define NCCL_MAJOR 2\n", "nvidia-nccl", None),
