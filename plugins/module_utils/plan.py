@@ -293,3 +293,60 @@ def make_plan(nodes, image, backend="auto", tensor_parallel_size=0, pipeline_par
     plan["image_env_warnings"] = _image_env(plan["members"], nodes, image)
     plan["summary"] = _summary(plan)
     return plan
+
+
+# The flags the plan sets on a rank's command line (serve_flags above, and the vllm_serve role's name, address and
+# port), each with the setting that decides it instead. Given in vllm_serve_args they would be overwritten, or,
+# spelled another way, rendered twice with the last one winning.
+PLAN_OWNED = {
+    "tensor_parallel_size": "vllm_serve_tensor_parallel_size",
+    "pipeline_parallel_size": "vllm_serve_pipeline_parallel_size",
+    "distributed_executor_backend": "vllmops_backend",
+    "nnodes": "the inventory's vllm_nodes group (the plan gives each node its rank)",
+    "node_rank": "the inventory's vllm_nodes group (the plan gives each node its rank)",
+    "headless": "the inventory's vllm_nodes group (every node but the head runs headless)",
+    "master_addr": "vllmops_head_host",
+    "master_port": "vllmops_master_port",
+    "host": "vllm_serve_host",
+    "port": "vllm_serve_port",
+    "served_model_name": "vllm_serve_served_model_name",
+    "model": "vllm_serve_model",
+}
+# vLLM's own short spellings of those flags (vllm/engine/arg_utils.py).
+SHORT_FLAGS = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "n": "nnodes", "r": "node_rank"}
+
+
+def flag_name(key) -> str:
+    """A vllm_serve_args key as vLLM's option name: tensor_parallel_size, tensor-parallel-size,
+    --tensor-parallel-size and -tp are one flag."""
+    text = str(key).strip()
+    if text.startswith("-") and not text.startswith("--"):
+        short = text[1:]
+        return SHORT_FLAGS.get(short, short.replace("-", "_"))
+    return text.lstrip("-").replace("-", "_")
+
+
+def owned_flags(settings) -> list:
+    """One sentence per key of vllm_serve_args that names a flag the plan sets, naming the setting to use."""
+    if not isinstance(settings, dict):
+        return []
+    found = []
+    for key in settings:
+        name = flag_name(key)
+        if name in PLAN_OWNED:
+            flag = "--" + name.replace("_", "-")
+            spelled = "" if str(key) == name else f" (written {key!r})"
+            found.append(f"vllm_serve_args sets {flag}{spelled}, which the plan sets on every rank: "
+                         f"remove it and use {PLAN_OWNED[name]} instead.")
+    return found
+
+
+def serve_settings(args, plan, host, served_name, bind_host) -> dict:
+    """A rank's vLLM settings: the inventory's vllm_serve_args, then the plan's flags for the cluster and for this
+    node, then the name, address and port it serves on. A flag the plan sets is refused in vllm_serve_args, in any
+    spelling (owned_flags), rather than overwritten or rendered twice."""
+    refused = owned_flags(args)
+    if refused:
+        raise PlanError(" ".join(refused))
+    return {**(args or {}), **plan["serve_flags"], **plan["members"][host]["serve_flags"],
+            "served_model_name": served_name, "host": bind_host, "port": plan["ports"]["vllm"]}
