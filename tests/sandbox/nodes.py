@@ -113,8 +113,14 @@ def recipe_packages() -> list[str]:
     return [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
 
 
+def rootfs_hash(suite: str = IMAGE_SUITE) -> str:
+    """Hash of what shapes a suite's rootfs (the suite and packages.txt): the images built on it
+    (image_base) are named after it, so a change to the node's other files rebuilds none of them."""
+    return hashlib.sha256(f"{suite}\0{(RECIPE_DIR / 'packages.txt').read_text()}".encode()).hexdigest()[:16]
+
+
 def recipe_hash(suite: str = NODE_SUITE) -> str:
-    """Hash of every file that shapes the image: change one, get a new image."""
+    """Hash of every file that shapes the node image: change one, get a new image."""
     digest = hashlib.sha256(suite.encode())
     for path in sorted(RECIPE_DIR.rglob("*")):
         if path.is_file():
@@ -130,7 +136,7 @@ def image_exists(ref: str) -> bool:
 def rootfs(suite: str = IMAGE_SUITE) -> str:
     """The Debian rootfs of a suite with the recipe's packages, imported as an image (mmdebstrap, once)."""
     ensure_docker()
-    base = f"{IMAGE_REPO}-rootfs:{recipe_hash(suite)}"
+    base = f"{IMAGE_REPO}-rootfs:{rootfs_hash(suite)}"
     if image_exists(base):
         return base
     if shutil.which("mmdebstrap") is None:

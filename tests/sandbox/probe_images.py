@@ -97,7 +97,7 @@ def recipe_hash() -> str:
     An image built from another recipe (another branch, an older checkout) is rebuilt rather than trusted by its
     name. Computed once per run."""
     here = Path(__file__).resolve().parent
-    digest = hashlib.sha256(nodes.recipe_hash(nodes.IMAGE_SUITE).encode())
+    digest = hashlib.sha256(nodes.rootfs_hash(nodes.IMAGE_SUITE).encode())
     for source in ("probe_images.py", "vllm_sources.py"):
         digest.update((here / source).read_bytes())
     return digest.hexdigest()[:16]

@@ -28,7 +28,7 @@ ENTRYPOINT ["/usr/bin/dcgm-exporter"]
 
 
 def name() -> str:
-    digest = hashlib.sha256(SCRIPT.read_bytes() + DOCKERFILE.encode() + nodes.recipe_hash(nodes.IMAGE_SUITE).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(SCRIPT.read_bytes() + DOCKERFILE.encode() + nodes.rootfs_hash(nodes.IMAGE_SUITE).encode()).hexdigest()[:12]
     return f"vllmops-sandbox/dcgm-exporter:{digest}"
 
 

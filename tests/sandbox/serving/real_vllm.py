@@ -78,7 +78,7 @@ def _locked() -> list[str]:
 def recipe_hash() -> str:
     digest = hashlib.sha256()
     for part in (DOCKERFILE, LAUNCHER, DIST_INFO, LOCK.read_text(), MODEL_SCRIPT.read_text(),
-                 nodes.recipe_hash(nodes.IMAGE_SUITE), platform.machine()):
+                 nodes.rootfs_hash(nodes.IMAGE_SUITE), platform.machine()):
         digest.update(part.encode())
     return digest.hexdigest()[:12]
 

@@ -74,7 +74,7 @@ LAUNCHERS = {
 
 def recipe_hash() -> str:
     digest = hashlib.sha256()
-    for part in (DOCKERFILE, " ".join(RAY), VLLM_VERSION, nodes.recipe_hash(nodes.IMAGE_SUITE), platform.machine(),
+    for part in (DOCKERFILE, " ".join(RAY), VLLM_VERSION, nodes.rootfs_hash(nodes.IMAGE_SUITE), platform.machine(),
                  (HERE / "vllm_standin.py").read_text(), FLAGS.read_text()):
         digest.update(part.encode())
     return digest.hexdigest()[:12]

@@ -71,7 +71,7 @@ def test_a_missing_image_is_built_tagged_and_labelled_with_the_hash(nodes, monke
     assert nodes.build_image() == f"vllmops/node:{tag}"
     [argv] = built
     assert argv[:2] == ["docker", "build"]
-    assert f"BASE_IMAGE=vllmops/node-rootfs:{tag}" in argv
+    assert f"BASE_IMAGE=vllmops/node-rootfs:{nodes.rootfs_hash(nodes.NODE_SUITE)}" in argv
     assert f"io.vllmops.sandbox.recipe={tag}" in argv
     assert argv[argv.index("-t") + 1] == f"vllmops/node:{tag}"
 
@@ -79,3 +79,16 @@ def test_a_missing_image_is_built_tagged_and_labelled_with_the_hash(nodes, monke
 def test_package_list_ignores_comments_and_blank_lines(nodes):
     (nodes.RECIPE_DIR / "packages.txt").write_text("# comment\nsystemd\n\n  sudo  \n")
     assert nodes.recipe_packages() == ["systemd", "sudo"]
+
+
+def test_the_rootfs_and_the_images_built_on_it_change_with_the_packages_and_suite_only(nodes):
+    """Editing the node's Dockerfile or adding a file to it rebuilds the node image, not the rootfs (nor
+    real vLLM's image and the others named after it)."""
+    before = nodes.rootfs_hash(nodes.IMAGE_SUITE)
+    node_before = nodes.recipe_hash()
+    (nodes.RECIPE_DIR / "Dockerfile").write_text((nodes.RECIPE_DIR / "Dockerfile").read_text() + "# touched\n")
+    (nodes.RECIPE_DIR / "new.conf").write_text("x\n")
+    assert nodes.rootfs_hash(nodes.IMAGE_SUITE) == before and nodes.recipe_hash() != node_before
+    assert nodes.rootfs_hash(nodes.NODE_SUITE) != before
+    (nodes.RECIPE_DIR / "packages.txt").write_text((nodes.RECIPE_DIR / "packages.txt").read_text() + "curl\n")
+    assert nodes.rootfs_hash(nodes.IMAGE_SUITE) != before
