@@ -42,7 +42,7 @@ def test_an_image_of_another_recipe_or_none_is_rebuilt(engine):
 def test_the_recipe_covers_the_node_rootfs_the_images_start_from(monkeypatch):
     before = probe_images.recipe_hash()
     probe_images.recipe_hash.cache_clear()
-    monkeypatch.setattr(probe_images.nodes, "recipe_hash", lambda suite="trixie": "another-rootfs")
+    monkeypatch.setattr(probe_images.nodes, "rootfs_hash", lambda suite="bookworm": "another-rootfs")
     try:
         assert probe_images.recipe_hash() != before
     finally:
