@@ -6,7 +6,7 @@
 Runs inside the real-vLLM sandbox image, with the image's own torch,
 transformers and tokenizers: random weights (seeded, so every build makes the
 same files), a byte-level BPE tokenizer trained on text that ships in the
-image, and a minimal chat template. ~3 MB; vLLM's CPU backend serves it.
+image, and a minimal chat template. ~5 MB; vLLM's CPU backend serves it.
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ def main(out: Path) -> None:
     tokenizer.chat_template = CHAT_TEMPLATE
     tokenizer.save_pretrained(out)
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=VOCAB, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
+    # 6 attention and KV heads (head dim 32): tensor parallel sizes 1, 2, 3 and 6 fit it, as vLLM checks them.
+    config = LlamaConfig(vocab_size=VOCAB, hidden_size=192, intermediate_size=384, num_hidden_layers=2,
+                         num_attention_heads=6, num_key_value_heads=6, max_position_embeddings=2048,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=False, torch_dtype="bfloat16")
     model = LlamaForCausalLM(config).to(torch.bfloat16)
