@@ -115,6 +115,17 @@ def listing(path):
     return found
 
 
+def read_config(path, limit=4 << 20):
+    """The model's config.json as a dict; None when there is none, it is larger than limit, or not a JSON object."""
+    try:
+        with open(os.path.join(path, "config.json"), "rb") as handle:
+            data = handle.read(limit + 1)
+        config = json.loads(data) if len(data) <= limit else None
+    except (OSError, ValueError):
+        return None
+    return config if isinstance(config, dict) else None
+
+
 def read_manifest(path, manifest_file=None):
     """The manifest kept for the model at path, None when there is none (or it is not ours)."""
     try:

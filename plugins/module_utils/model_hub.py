@@ -29,7 +29,8 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.json_file import w
 TOKEN_IN_CONTAINER = "/run/vllmops-hub-token"
 MARKER = ".cache/vllmops-download.json"
 
-# Runs in the image: argv is mode (info | download), repo, revision, local_dir. Prints one JSON line.
+# Runs in the image: argv is mode (info | config | download), repo, revision, local_dir. Prints one JSON line.
+# config: the listing, and config.json's content read through the same client (no weight file is fetched).
 SCRIPT = r"""
 import json, sys
 mode, repo, revision, dest = sys.argv[1:5]
@@ -47,6 +48,12 @@ try:
     info = HfApi().model_info(repo, revision=revision, files_metadata=True)
     out = {"sha": info.sha, "files": [{"name": s.rfilename, "size": s.size, "sha256": lfs_sha(s), "blob_id": s.blob_id}
                                       for s in info.siblings or []]}
+    if mode == "config" and any(s.rfilename == "config.json" for s in info.siblings or []):
+        import tempfile
+        from huggingface_hub import hf_hub_download
+        with tempfile.TemporaryDirectory() as tmp:
+            with open(hf_hub_download(repo, "config.json", revision=info.sha, local_dir=tmp)) as handle:
+                out["config"] = json.load(handle)
     if mode == "download":
         snapshot_download(repo, revision=info.sha, local_dir=dest)
 except Exception as err:
@@ -155,6 +162,13 @@ class Hub:
         """The commit and {name: {size, sha256 (LFS only, else None), blob_id}} of repo at revision."""
         said = self._run("info", repo, revision)
         return said["sha"], _listed(said, repo, revision, self.endpoint)
+
+    def info_and_config(self, repo, revision):
+        """info(), and the repository's config.json at that commit (None when it has none), in one client run:
+        what the model is, known before a byte of its weights moves."""
+        said = self._run("config", repo, revision)
+        config = said.get("config")
+        return said["sha"], _listed(said, repo, revision, self.endpoint), config if isinstance(config, dict) else None
 
     def download(self, repo, revision, path, progress_path=None):
         """Download repo at revision into path's staging directory, check it against the hub's hashes and swap it

@@ -10,7 +10,8 @@ short_description: Read or download a Hugging Face Hub model with the serving im
 version_added: 0.2.0
 description:
   - Runs the C(huggingface_hub) client of O(image) in a container on the host network. With O(list_only) it lists the
-    files of O(repo) at O(revision) (sizes, and sha256 for the files in LFS) and the commit the revision names.
+    files of O(repo) at O(revision) (sizes, and sha256 for the files in LFS) and the commit the revision names, and
+    reads its C(config.json) through the same client: what the model is, known before a byte of its weights moves.
   - Otherwise it downloads them into a staging directory beside O(path) (the client resumes a download
     interrupted earlier), checks every file against the hub's own hashes (sha256 for LFS files, the git blob sha1 for
     the others), swaps the directory into place and writes the manifest (C(PATH.vllmops-manifest.json)) that
@@ -90,6 +91,10 @@ files:
   description: The hub's files (name to C(size), C(sha256) for LFS files, C(blob_id)).
   returned: success
   type: dict
+config:
+  description: The repository's C(config.json) at the commit (with O(list_only); null when it has none or without).
+  returned: success
+  type: dict
 bytes:
   description: Bytes of the model.
   returned: success
@@ -132,9 +137,12 @@ def main():
     hub = Hub(DockerClient(params["docker_host"]), params["image"], params["endpoint"], params["token"], params["timeout"])
     started = time.monotonic()
     try:
-        commit, files = hub.info(params["repo"], params["revision"])
+        if params["list_only"]:
+            commit, files, config = hub.info_and_config(params["repo"], params["revision"])
+        else:
+            (commit, files), config = hub.info(params["repo"], params["revision"]), None
         result = dict(changed=False, commit=commit, files=files, bytes=sum(e["size"] for e in files.values()),
-                      downloaded_bytes=0, digest="")
+                      downloaded_bytes=0, digest="", config=config)
         if not params["list_only"]:
             result["changed"] = True
             if not module.check_mode:

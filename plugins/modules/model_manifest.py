@@ -135,6 +135,10 @@ free_bytes:
   description: Free bytes of the file system that holds (or will hold) O(path).
   returned: always
   type: int
+config:
+  description: The model's C(config.json), parsed (null when it has none, or none that parses as a JSON object).
+  returned: always
+  type: dict
 """
 
 import os
@@ -173,7 +177,7 @@ def main():
                       digest=model_files.digest(ident) if files and known else "", source=source,
                       manifest=kept is not None, recorded_digest=(kept or {}).get("digest", ""), hashed=hashed,
                       stale=sorted(name for name, entry in files.items() if entry["sha256"] is None or name not in cache),
-                      free_bytes=model_files.free_bytes(path))
+                      free_bytes=model_files.free_bytes(path), config=model_files.read_config(path))
         if params["write"] and files and known and (kept is None or kept.get("files") != files):
             result["changed"] = True
             if not module.check_mode:

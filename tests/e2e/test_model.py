@@ -8,11 +8,14 @@ before anything changes; serving refuses nodes whose models differ."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import yaml
-from conftest import INVENTORY
+from conftest import INVENTORY, ROOT
 
 MODEL = "/srv/models/sandbox-tiny"
 MANIFEST = MODEL + ".vllmops-manifest.json"
@@ -29,8 +32,8 @@ def _said(run) -> str:
     return " ".join(run.stdout.split())  # the YAML callback folds long lines
 
 
-def _model_run(sandbox, extra=None, ok=True):
-    run = sandbox.deploy(tags="model", extra=extra, echo=False)
+def _model_run(sandbox, extra=None, ok=True, tags="model"):
+    run = sandbox.deploy(tags=tags, extra=extra, echo=False)
     assert (run.returncode == 0) == ok, run.stdout[-5000:]
     return run
 
@@ -41,10 +44,11 @@ def test_the_model_was_downloaded_once_and_copied_to_the_worker(sandbox):
     assert head["source"] == {"hub": "sandbox/tiny-llama", "revision": hosts["model_hub_revision"],
                               "endpoint": hosts["model_hub_endpoint"]}
     assert worker["digest"] == head["digest"] and worker["files"].keys() == head["files"].keys()
-    # Downloaded once: the hub served each file once (node1), node2's copy came over the cluster network.
+    # Downloaded once: the hub served each file once (node1), node2's copy came over the cluster network; config.json
+    # once more, read before the download to check what the model is.
     fetched = [line.split()[1].rsplit("/", 1)[-1] for line in HUB_LOG.read_text().splitlines()
                if line.startswith("GET /sandbox/tiny-llama/resolve/")]
-    assert sorted(fetched) == sorted(head["files"]), fetched
+    assert sorted(fetched) == sorted([*head["files"], "config.json"]), fetched
     # The worker's files are the hub's, byte for byte (sha256sum, not our own hashing).
     for name, entry in head["files"].items():
         assert sandbox.on(sandbox.worker, "sha256sum", f"{MODEL}/{name}").split()[0] == entry["sha256"], name
@@ -118,6 +122,41 @@ def test_bad_hub_input_is_one_sentence_and_changes_nothing(sandbox):
     _model_run(sandbox)
     for node in sandbox.nodes:
         assert sandbox.on(node, "ls", "-A", "/srv/models/.vllmops-staging", check=False) == "", node
+
+
+def test_a_hub_model_the_images_vllm_does_not_register_is_refused_before_any_weight_is_fetched(sandbox, poller):
+    """A new model on the hub whose config.json names an architecture the image's vLLM lacks: the model play reads
+    config.json through the hub client and refuses, naming it, before the download; the hub served no weight file,
+    nothing was written on the nodes, and the cluster kept serving."""
+    tiny = subprocess.run([sys.executable, str(ROOT / "tests/sandbox/serving/real_vllm.py"), "model"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # the model make sandbox published
+    with tempfile.TemporaryDirectory() as copy:
+        for path in Path(tiny).iterdir():
+            (Path(copy) / path.name).write_bytes(path.read_bytes())
+        config = json.loads((Path(copy) / "config.json").read_text())
+        (Path(copy) / "config.json").write_text(json.dumps(dict(config, architectures=["Qwen9ForCausalLM"])))
+        revision = subprocess.run([sys.executable, str(ROOT / "tests/sandbox/hub.py"), "publish", "--root",
+                                   str(HUB_LOG.parent), "--repo", "sandbox/tiny-unregistered", "--source", copy],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+    before = {node: (sandbox.container(node), sandbox.unit(node)) for node in sandbox.nodes}
+    served = len(HUB_LOG.read_text().splitlines())
+    with poller() as polls:
+        began = time.monotonic()
+        run = _model_run(sandbox, {"model_hub_repo": "sandbox/tiny-unregistered", "model_hub_revision": revision,
+                                   "vllm_serve_model": "sandbox-unregistered"}, ok=False, tags="image,model")
+        took = time.monotonic() - began
+    said = _said(run)
+    assert f"sandbox/tiny-unregistered@{revision} is Qwen9ForCausalLM (its config.json), which vLLM" in said, said[-3000:]
+    assert "does not register" in said and "Nothing was downloaded or copied." in said
+    fetched = [line.split()[1] for line in HUB_LOG.read_text().splitlines()[served:] if "/resolve/" in line]
+    assert fetched and all(path.endswith("/config.json") for path in fetched), fetched
+    for node in sandbox.nodes:
+        assert sandbox.on(node, "sh", "-c", "ls -d /srv/models/sandbox-unregistered* "
+                          "/srv/models/.vllmops-staging/sandbox-unregistered 2>/dev/null; true") == "", node
+    assert {node: (sandbox.container(node), sandbox.unit(node)) for node in sandbox.nodes} == before
+    assert polls.failed == 0 and polls.ok > 0, (polls.ok, polls.failed)
+    print(f"refused {took:.1f} s after ansible-playbook started (--tags image,model), the hub asked for "
+          f"{len(fetched)} file(s): config.json")
 
 
 def test_too_little_disk_is_refused_before_any_byte_moves(sandbox):

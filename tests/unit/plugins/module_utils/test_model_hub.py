@@ -68,6 +68,16 @@ def test_download_checks_the_hub_hashes_swaps_in_and_writes_the_manifest(hub, tm
     assert model_files.read_manifest(str(target))["digest"] == manifest["digest"]
 
 
+def test_the_config_is_read_before_any_weight_file_is_fetched(hub):
+    server, revision, _source = hub
+    before = len(server.requests)
+    commit, files, config = Hub(LocalEngine(), "image", server.url).info_and_config("org/model", revision)
+    assert (commit, sorted(files)) == (revision, ["config.json", "model.safetensors"])
+    assert config == {"architectures": ["LlamaForCausalLM"]}
+    fetched = [path for _method, path in server.requests[before:] if "/resolve/" in path]
+    assert fetched and all(path.endswith("/config.json") for path in fetched), fetched
+
+
 def test_the_token_reaches_the_client_only_as_a_private_file(hub, tmp_path):
     server, revision, _source = hub
     engine = LocalEngine()
