@@ -15,8 +15,12 @@ description:
   - The pipeline parallel size is at most the number of layers.
   - C(max_model_len) is at most the model's longest context (the smallest length key of C(config.json), times a
     lengthening RoPE scaling factor).
+  - With O(weight_bytes) and O(gpu_memory_bytes), whether one rank's share fits its GPU: the weights over TP x PP
+    plus the KV cache (C(kv_cache_memory_bytes) when set, else one request of C(max_model_len)) against the GPU's
+    memory times C(gpu_memory_utilization) (0.9 unless set). Activations and CUDA graphs are not counted, so a
+    refusal is certain and a pass is no promise.
   - Returns one sentence per problem, naming the value and what would fit; an empty list when none.
-positional: _input, settings, where
+positional: _input, settings, where, weight_bytes, gpu_memory_bytes
 options:
   _input:
     description: The model's C(config.json), parsed.
@@ -30,6 +34,14 @@ options:
     description: How to name the model in the sentences (its path or ID).
     type: str
     default: the model
+  weight_bytes:
+    description: Bytes of the model's files (its manifest's C(bytes)); 0 to leave memory unchecked.
+    type: int
+    default: 0
+  gpu_memory_bytes:
+    description: Memory of one of the rank's GPUs in bytes; 0 to leave memory unchecked.
+    type: int
+    default: 0
 """
 
 EXAMPLES = r"""
@@ -48,15 +60,19 @@ _value:
   elements: str
 """
 
-from ansible_collections.vllmops.cluster.plugins.module_utils.model_config import facts, problems
+from ansible_collections.vllmops.cluster.plugins.module_utils.model_config import facts, memory_problems, problems
 from ansible_collections.vllmops.cluster.plugins.module_utils.plan import flag_name
 
 
-def _model_problems(config, settings, where="the model"):
+def _model_problems(config, settings, where="the model", weight_bytes=0, gpu_memory_bytes=0):
     named = {flag_name(key): value for key, value in dict(settings or {}).items()}
-    return problems(facts(dict(config or {})), tensor_parallel_size=named.get("tensor_parallel_size") or 1,
-                    pipeline_parallel_size=named.get("pipeline_parallel_size") or 1,
-                    max_model_len=named.get("max_model_len"), where=where)
+    shape = facts(dict(config or {}))
+    found = problems(shape, tensor_parallel_size=named.get("tensor_parallel_size") or 1,
+                     pipeline_parallel_size=named.get("pipeline_parallel_size") or 1,
+                     max_model_len=named.get("max_model_len"), where=where)
+    if weight_bytes and gpu_memory_bytes:
+        found += memory_problems(shape, named, int(weight_bytes), int(gpu_memory_bytes), where)
+    return found
 
 
 class FilterModule:

@@ -122,3 +122,82 @@ def problems(shape, tensor_parallel_size=1, pipeline_parallel_size=1, max_model_
         found.append(f"max_model_len {max_model_len} is longer than {where} allows ({longest} tokens, from its "
                      f"config.json): vLLM refuses it at start. Set max_model_len to at most {longest}.")
     return found
+
+
+# --- Memory -------------------------------------------------------------------------------------------------
+DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "fp8_e4m3": 1,
+               "fp8_e5m2": 1, "fp8_inc": 1, "int8": 1}
+GIB = 1 << 30
+
+
+def kv_bytes_per_token(shape, tensor_parallel_size=1, pipeline_parallel_size=1, kv_cache_dtype="auto"):
+    """KV cache bytes one token takes on one rank: keys and values of its layers (layers / PP, rounded up) for its
+    KV heads (KV heads / TP; one each when TP is larger: vLLM replicates them), in the cache's dtype (the model's
+    unless kv_cache_dtype says otherwise). None when the shape is not known."""
+    layers, kv_heads, head_dim = shape.get("layers"), shape.get("kv_heads"), shape.get("head_dim")
+    if not (layers and kv_heads and head_dim):
+        return None
+    dtype = shape.get("dtype") if kv_cache_dtype in (None, "", "auto") else kv_cache_dtype
+    size = DTYPE_BYTES.get(str(dtype or "bfloat16").replace("torch.", ""), 2)
+    tp, pp = int(tensor_parallel_size or 1), int(pipeline_parallel_size or 1)
+    return 2 * -(-layers // pp) * max(1, kv_heads // tp) * head_dim * size
+
+
+def kv_cache_tokens(shape, memory_bytes, block_size, max_model_len, tensor_parallel_size=1,
+                    pipeline_parallel_size=1, kv_cache_dtype="auto"):
+    """The tokens vLLM's KV cache holds in memory_bytes per rank, as vLLM counts them and logs them ("KV cache
+    size: N tokens"): whole blocks of block_size tokens for all of the rank's layers, then as many requests of
+    max_model_len as fit (each in whole blocks), times max_model_len."""
+    per_token = kv_bytes_per_token(shape, tensor_parallel_size, pipeline_parallel_size, kv_cache_dtype)
+    if per_token is None:
+        return None
+    blocks = int(memory_bytes) // (per_token * int(block_size))
+    per_request = -(-int(max_model_len) // int(block_size))
+    return int(blocks / per_request * int(max_model_len))
+
+
+def _gib(count):
+    return f"{count / GIB:.1f} GiB"
+
+
+def memory_problems(shape, settings, weight_bytes, gpu_memory_bytes, where="the model"):
+    """Whether one rank's share fits its GPU's memory: the weights / (TP x PP), plus the KV cache (vLLM's own
+    kv_cache_memory_bytes when set, else one request of max_model_len, which vLLM needs at least), against the
+    GPU's memory x gpu_memory_utilization (on unified memory, what the caller gives: the host's memory less what
+    the OS and others hold). Activations and CUDA graphs are not counted: a refusal here is certain, a pass is not
+    a promise. One sentence with the numbers and what would fit; [] when it fits or too little is known."""
+    tp = int(settings.get("tensor_parallel_size") or 1)
+    pp = int(settings.get("pipeline_parallel_size") or 1)
+    utilization = float(settings.get("gpu_memory_utilization") or 0.9)
+    if not gpu_memory_bytes:
+        return []
+    budget = int(gpu_memory_bytes * utilization)
+    weights = int(weight_bytes or 0) // (tp * pp)
+    per_token = kv_bytes_per_token(shape, tp, pp, settings.get("kv_cache_dtype"))
+    asked = settings.get("kv_cache_memory_bytes")
+    if asked:
+        kv, what = int(asked), f"kv_cache_memory_bytes {_gib(int(asked))}"
+    elif per_token and settings.get("max_model_len"):
+        kv = per_token * int(settings["max_model_len"])
+        what = f"the KV cache of one {settings['max_model_len']}-token request ({_gib(kv)})"
+    else:
+        kv, what = 0, ""
+    if weights + kv <= budget:
+        return []
+    room = budget - weights
+    said = (f"one rank of {where} needs more than its GPU holds: weights {_gib(weights)} (of {_gib(weight_bytes or 0)}, "
+            f"over TP {tp} x PP {pp})" + (f" + {what}" if what else "") + f" > {_gib(budget)} "
+            f"({_gib(gpu_memory_bytes)} x gpu_memory_utilization {utilization}).")
+    if room <= 0:
+        return [said + " The weights alone do not fit: spread them over more GPUs (a larger TP x PP), or use a "
+                       "quantized model."]
+    fits = []
+    if asked:
+        fits.append(f"kv_cache_memory_bytes at most {room} ({_gib(room)})")
+    elif per_token:
+        fits.append(f"max_model_len at most {room // per_token}")
+    needed = (weights + kv) / gpu_memory_bytes
+    if needed <= 0.95:
+        fits.append(f"gpu_memory_utilization {needed:.2f} or more (where the GPU has that to spare)")
+    fits.append("a larger TP x PP (more GPUs for the weights)")
+    return [said + " What would fit: " + ", or ".join(fits) + "."]

@@ -28,3 +28,12 @@ def test_max_model_len_is_read_in_any_spelling():
 
 def test_pipeline_stages_beyond_the_layers_and_a_bad_tp_are_reported_together():
     assert len(_model_problems(TINY, {"tensor_parallel_size": 4, "pipeline_parallel_size": 3})) == 2
+
+
+def test_a_kv_cache_larger_than_the_nodes_memory_is_refused_with_the_numbers():
+    settings = {"tensor_parallel_size": 2, "max_model_len": 256, "kv_cache_memory_bytes": 1 << 40,
+                "gpu_memory_utilization": 0.6}
+    [problem] = _model_problems(TINY, settings, "/srv/models/sandbox-tiny", 5 << 20, 24 << 30)
+    assert "+ kv_cache_memory_bytes 1024.0 GiB > 14.4 GiB (24.0 GiB x gpu_memory_utilization 0.6)" in problem
+    assert _model_problems(TINY, dict(settings, kv_cache_memory_bytes=64 << 20), "m", 5 << 20, 24 << 30) == []
+    assert _model_problems(TINY, settings, "m") == []  # memory unknown: not checked
