@@ -60,14 +60,14 @@ def measure(image: str, tokenizer: str, shape: tuple, memory: int, max_model_len
               f"--enforce-eager --dtype {dtype} --port 18000")
     subprocess.run(["docker", "rm", "-f", name], capture_output=True)
     began = time.monotonic()
-    proc = subprocess.Popen(["docker", "run", "--rm", "--name", name, "--network", "none", "--entrypoint", "sh",
+    proc = subprocess.Popen(["docker", "run", "--rm", "--name", name, "--network", "none", "--shm-size", "1g", "--entrypoint", "sh",
                              "-e", "HF_HUB_OFFLINE=1", "-e", "VLLM_NO_USAGE_STATS=1",
                              "-v", f"{tokenizer}:/tokenizer:ro", image, "-c", script],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     found, tail = None, []
     try:
         for line in proc.stdout:
-            tail = [*tail, line.rstrip()][-30:]
+            tail = [*tail, line.rstrip()][-80:]
             match = LOGGED.search(line)
             if match:
                 found = int(match.group(1).replace(",", ""))
