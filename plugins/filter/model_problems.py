@@ -15,8 +15,8 @@ description:
   - The pipeline parallel size is at most the number of layers.
   - C(max_model_len) is at most the model's longest context (the smallest length key of C(config.json), times a
     lengthening RoPE scaling factor).
-  - With O(weight_bytes) and O(gpu_memory_bytes), whether one rank's share fits its GPU: the weights over TP x PP
-    plus the KV cache (C(kv_cache_memory_bytes) when set, else one request of C(max_model_len)) against the GPU's
+  - With O(weight_bytes) and O(gpu_memory_bytes), whether one rank's share fits its GPU, counting the weights
+    over TP x PP plus the KV cache (C(kv_cache_memory_bytes) when set, else one request of C(max_model_len)) against the GPU's
     memory times C(gpu_memory_utilization) (0.9 unless set). Activations and CUDA graphs are not counted, so a
     refusal is certain and a pass is no promise.
   - Returns one sentence per problem, naming the value and what would fit; an empty list when none.

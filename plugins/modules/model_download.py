@@ -11,7 +11,7 @@ version_added: 0.2.0
 description:
   - Runs the C(huggingface_hub) client of O(image) in a container on the host network. With O(list_only) it lists the
     files of O(repo) at O(revision) (sizes, and sha256 for the files in LFS) and the commit the revision names, and
-    reads its C(config.json) through the same client: what the model is, known before a byte of its weights moves.
+    reads its C(config.json) through the same client (what the model is, known before a byte of its weights moves).
   - Otherwise it downloads them into a staging directory beside O(path) (the client resumes a download
     interrupted earlier), checks every file against the hub's own hashes (sha256 for LFS files, the git blob sha1 for
     the others), swaps the directory into place and writes the manifest (C(PATH.vllmops-manifest.json)) that
