@@ -152,8 +152,8 @@ def test_a_hub_model_the_images_vllm_does_not_register_is_refused_before_any_wei
                           "/srv/models/.vllmops-staging/sandbox-unregistered 2>/dev/null; true") == "", node
     assert {node: (sandbox.container(node), sandbox.unit(node)) for node in sandbox.nodes} == before
     assert polls.failed == 0 and polls.ok > 0, (polls.ok, polls.failed)
-    print(f"refused {took:.1f} s after ansible-playbook started (--tags image,model), the hub asked for "
-          f"{len(fetched)} file(s): config.json")
+    print(f"refused {took:.1f} s after ansible-playbook started (--tags image,model); the hub's file requests: "
+          f"{len(fetched)}, all for config.json (HEAD and GET)")
 
 
 def test_too_little_disk_is_refused_before_any_byte_moves(sandbox):
