@@ -3,9 +3,9 @@
 """What a model's config.json says about its shape, and the layouts and
 contexts vLLM would refuse for it, known before a byte of its weights moves.
 
-One owner of these rules (the plan's checks and the vllm_serve role's
-validation read them here). Each is vLLM's own, kept conservative: a layout is
-refused only where vLLM would refuse it.
+One owner of these rules (the vllm_serve role's validation reads them here,
+through the model_problems filter). Each is vLLM's own, kept conservative: a
+layout is refused only where vLLM would refuse it.
 
 * Tensor parallelism divides the attention heads (vLLM: "Total number of
   attention heads must be divisible by tensor parallel size").
