@@ -171,16 +171,24 @@ def _check_even_gpus(nodes):
                         "give every node the same GPUs, or set vllmops_backend to ray with an image that has Ray")
 
 
+def model_outside_dir(model_path, model_dir):
+    """The sentence refusing a local model that does not lie under model_dir, the only directory the containers mount;
+    empty when it does (or when the model is a hub ID, which vLLM downloads itself)."""
+    if not model_path.startswith("/"):
+        return ""
+    path, root = posixpath.normpath(model_path), posixpath.normpath(model_dir)
+    if posixpath.commonpath([path, root]) == root:
+        return ""
+    return (f"the model path {model_path} is outside vllm_serve_model_dir {model_dir}, which is the only directory "
+            f"the containers see: move the model under {model_dir} or set vllm_serve_model_dir")
+
+
 def _check_model(model_path, model_dir):
-    """A local model must lie under model_dir, the only directory the containers mount."""
     if not model_path:
         raise PlanError("no model is set: set vllm_serve_model to a directory under vllm_serve_model_dir or a hub id (org/name)")
-    if not model_path.startswith("/"):
-        return
-    path, root = posixpath.normpath(model_path), posixpath.normpath(model_dir)
-    if posixpath.commonpath([path, root]) != root:
-        raise PlanError(f"the model path {model_path} is outside vllm_serve_model_dir {model_dir}, which is the only directory "
-                        f"the containers see: move the model under {model_dir} or set vllm_serve_model_dir")
+    problem = model_outside_dir(model_path, model_dir)
+    if problem:
+        raise PlanError(problem)
 
 
 def _check_same_image(nodes, image):

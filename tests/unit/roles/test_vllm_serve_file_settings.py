@@ -13,15 +13,16 @@ CHECKED = set(yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())["_vll
 # What the files name under another name, and the settings it comes from.
 DERIVED = {
     "_vllm_serve_name": {"vllm_serve_served_model_name", "vllm_serve_model"},
-    "_vllm_serve_model_path": {"vllm_serve_model", "vllm_serve_model_dir"},
-    "_vllm_serve_argv": {"vllm_serve_args", "vllm_serve_host", "vllm_serve_port", "vllm_serve_served_model_name"},
+    # Each rank's command, which tasks/validate.yml puts into the plan: the model's path and vllm serve's flags.
+    "vllmops_plan.commands": {"vllm_serve_model", "vllm_serve_model_dir", "vllm_serve_args", "vllm_serve_host",
+                              "vllm_serve_port", "vllm_serve_served_model_name"},
     "_vllm_serve_health_url": {"vllm_serve_host", "vllm_serve_port"},
     "vllmops_api_key": {"vllm_serve_api_key"},
 }
 
 
 def _named(text: str) -> set[str]:
-    return set(re.findall(r"(?<![\w.])(_?vllm_serve_\w+|vllmops_api_key)", text))
+    return set(re.findall(r"(?<![\w.])(_?vllm_serve_\w+|vllmops_api_key|vllmops_plan\.commands)", text))
 
 
 def test_every_setting_written_into_a_unit_or_environment_file_is_checked():
