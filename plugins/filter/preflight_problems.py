@@ -76,6 +76,8 @@ _value:
   elements: str
 """
 
+from ansible_collections.vllmops.cluster.plugins.module_utils.plan import PlanError, parallel_sizes
+
 KIB_PER_GB = 1024 * 1024
 
 
@@ -99,24 +101,17 @@ def _gpus(nodes: dict) -> list[str]:
 
 
 def _parallel_sizes(nodes: dict, tensor_parallel_size: int, pipeline_parallel_size: int) -> list[str]:
-    """The same rule as the plan's: TP x PP is every GPU of the cluster; 0 derives TP (and PP is then 1)."""
+    """The plan's own rule (TP x PP is every GPU of the cluster; 0 derives TP), checked before anything changes."""
     if not tensor_parallel_size and not pipeline_parallel_size:
         return []
     if any(not node.get("gpus") for node in nodes.values()):
         return []  # the GPU problem is reported; a sum without that node's GPUs would mislead
-    total = sum(int(node["gpus"]) for node in nodes.values())
-    per_node = ", ".join(f"{host}:{node['gpus']}" for host, node in nodes.items())
-    pp = pipeline_parallel_size or 1
-    if not tensor_parallel_size:
-        if total % pp == 0:
-            return []
-        return [f"pipeline_parallel_size {pp} does not divide the {total} GPU(s) of the cluster ({per_node}): "
-                f"set vllm_serve_pipeline_parallel_size to a divisor of {total}, or leave it 0."]
-    if tensor_parallel_size * pp == total:
-        return []
-    return [f"tensor_parallel_size {tensor_parallel_size} x pipeline_parallel_size {pp} = {tensor_parallel_size * pp} "
-            f"GPU(s), but the cluster has {total} ({per_node}): set vllm_serve_tensor_parallel_size and "
-            f"vllm_serve_pipeline_parallel_size so they multiply to {total}, or leave both 0 to derive them."]
+    try:
+        parallel_sizes([{"name": host, "gpus": int(node["gpus"])} for host, node in nodes.items()],
+                       tensor_parallel_size, pipeline_parallel_size)
+    except PlanError as err:
+        return [f"{err}."]
+    return []
 
 
 def _listener_label(listener: dict) -> str:

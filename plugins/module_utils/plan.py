@@ -127,8 +127,14 @@ def ray_token_auth(ray_version):
     return release is not None and release >= RAY_TOKEN_AUTH_SINCE
 
 
-def _ray(backend, image, ray_port):
-    """How Ray is secured (backend ray): the image's Ray version, token authentication, and the warning when it has none."""
+def host_port(address, port):
+    """address:port, an IPv6 address in brackets (Ray's --address, a URL's authority)."""
+    return f"[{address}]:{port}" if ":" in address and not address.startswith("[") else f"{address}:{port}"
+
+
+def _ray(backend, image, ray_port, head_address):
+    """How Ray is reached and secured (backend ray): the head's GCS address (the one owner: the Ray units, readiness
+    and status read it here), the image's Ray version, token authentication, and the warning when it has none."""
     version = image.get("ray_version") or None
     auth = backend == "ray" and ray_token_auth(version)
     warning = None
@@ -141,11 +147,13 @@ def _ray(backend, image, ray_port):
     # `ray start --head` opens Ray's client server whenever the image has Ray Client's dependency (grpcio), and it
     # cannot be turned off then: the Ray units pin its port (the firewall closes it to all but the members).
     client_server = backend == "ray" and bool(image.get("ray_client"))
-    return {"version": version, "token_auth": auth, "warning": warning, "client_server": client_server}
+    return {"address": host_port(head_address, ray_port), "version": version, "token_auth": auth, "warning": warning,
+            "client_server": client_server}
 
 
-def _parallel_sizes(nodes, tensor_parallel_size, pipeline_parallel_size):
-    """(tp, pp) that multiply to the cluster's GPUs; 0 means derive."""
+def parallel_sizes(nodes, tensor_parallel_size, pipeline_parallel_size):
+    """(tp, pp) that multiply to the cluster's GPUs; 0 means derive. The one owner of the rule: preflight checks it
+    with this too, before anything changes."""
     for name, value in (("tensor_parallel_size", tensor_parallel_size), ("pipeline_parallel_size", pipeline_parallel_size)):
         if value < 0:
             raise PlanError(f"{name} is {value}: set vllm_serve_{name} to a positive number, or 0 to derive it")
@@ -272,7 +280,7 @@ def make_plan(nodes, image, backend="auto", tensor_parallel_size=0, pipeline_par
     _check_nodes(nodes, address_source)
     _check_same_image(nodes, image)
     chosen, mode, reason = _choose_backend(backend, image, len(nodes))
-    tp, pp = _parallel_sizes(nodes, tensor_parallel_size, pipeline_parallel_size)
+    tp, pp = parallel_sizes(nodes, tensor_parallel_size, pipeline_parallel_size)
     if mode == "mp-multinode":
         _check_even_gpus(nodes)
     _check_model(model_path, model_dir)
@@ -296,7 +304,7 @@ def make_plan(nodes, image, backend="auto", tensor_parallel_size=0, pipeline_par
         "model_dir": model_dir,
         "serve_flags": {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "distributed_executor_backend": chosen},
         "members": _members(nodes, head, mode, head_address, master_port, ray_units or RAY_UNITS, image.get("id")),
-        "ray": _ray(chosen, image, ray_port),
+        "ray": _ray(chosen, image, ray_port, head_address),
     }
     plan["image_env_warnings"] = _image_env(plan["members"], nodes, image)
     plan["summary"] = _summary(plan)

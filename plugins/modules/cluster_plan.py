@@ -292,12 +292,13 @@ plan:
       sample: ["image nvcr.io/nvidia/vllm:25.09-py3 sets NCCL_SOCKET_IFNAME=eth0; on node2 the cluster's setting NCCL_SOCKET_IFNAME==clu0 is used instead"]
     ray:
       description:
-        - How Ray is secured - C(version) (the image's Ray, or null), C(token_auth) (true when the backend is C(ray) and
+        - How Ray is reached and secured - C(address) (the head's GCS, C(head_address:ray_port), an IPv6 address in
+          brackets), C(version) (the image's Ray, or null), C(token_auth) (true when the backend is C(ray) and
           the image's Ray has token authentication), C(warning) (why Ray runs without authentication, or null) and
           C(client_server) (true when the backend is C(ray) and the image has grpcio, so Ray's client server opens on the
           head).
       type: dict
-      sample: {version: 2.60.0, token_auth: true, warning: null, client_server: true}
+      sample: {address: "10.88.0.2:6379", version: 2.60.0, token_auth: true, warning: null, client_server: true}
     summary:
       description: The plan in one line.
       type: str

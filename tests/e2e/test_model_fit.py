@@ -1,10 +1,20 @@
 """What vLLM would refuse at start about the model is refused before any rank restarts, with the numbers: a KV cache
 far larger than the node's memory (vLLM found it at start: a restart and a rollback, the endpoint down ~65 s), and
-a context longer than the model allows. The serving containers stay as they were and the endpoint never fails."""
+a context longer than the model allows; and a new model on the hub whose attention heads the cluster's tensor
+parallel size does not divide, refused by a whole deploy before a byte of its weights is fetched. The serving
+containers stay as they were and the endpoint never fails."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
+
+from conftest import ROOT
+from test_model import HUB_LOG
 
 
 def _refused(sandbox, poller, **change):
@@ -31,3 +41,43 @@ def test_a_kv_cache_larger_than_the_node_and_a_context_longer_than_the_model_are
     assert ("max_model_len 4096 is longer than /srv/models/sandbox-tiny allows (2048 tokens, from its config.json): "
             "vLLM refuses it at start. Set max_model_len to at most 2048.") in said, said[-3000:]
     print(f"max_model_len 4096 refused {took:.1f} s after ansible-playbook started (--tags vllm_serve)")
+
+
+def test_a_new_hub_model_whose_heads_the_layout_does_not_divide_is_refused_by_a_whole_deploy_before_its_weights_move(
+        sandbox, poller):
+    """A whole deploy (every play, as an operator runs it) with a model whose 3 attention heads TP 2 does not divide:
+    the plan play reads its config.json through the hub client and refuses before the model play, so the hub served
+    config.json alone, nothing was written under the models directory, and nothing restarted."""
+    tiny = subprocess.run([sys.executable, str(ROOT / "tests/sandbox/serving/real_vllm.py"), "model"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as copy:
+        for path in Path(tiny).iterdir():
+            (Path(copy) / path.name).write_bytes(path.read_bytes())
+        config = json.loads((Path(copy) / "config.json").read_text())
+        (Path(copy) / "config.json").write_text(json.dumps(dict(config, num_attention_heads=3, num_key_value_heads=3)))
+        revision = subprocess.run([sys.executable, str(ROOT / "tests/sandbox/hub.py"), "publish", "--root",
+                                   str(HUB_LOG.parent), "--repo", "sandbox/tiny-heads3", "--source", copy],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+    before = {node: (sandbox.container(node), sandbox.unit(node)) for node in sandbox.nodes}
+    served = len(HUB_LOG.read_text().splitlines())
+    with poller() as polls:
+        began = time.monotonic()
+        run = sandbox.deploy(tags="all", extra={"model_hub_repo": "sandbox/tiny-heads3", "model_hub_revision": revision,
+                                                "vllm_serve_model": "sandbox-heads3"}, echo=False)
+        took = time.monotonic() - began
+    said = " ".join(run.stdout.split())
+    assert run.returncode != 0, said[-3000:]
+    assert ("tensor parallel size 2 does not fit /srv/models/sandbox-heads3: vLLM needs the tensor parallel size to "
+            "divide the model's 3 attention heads. Sizes that fit: 1, 3;") in said, said[-3000:]
+    assert "Nothing was restarted." in said
+    # Refused in the plan play: the model play never began.
+    assert "PLAY [The model on every node" not in run.stdout, run.stdout[-3000:]
+    fetched = [line.split()[1] for line in HUB_LOG.read_text().splitlines()[served:] if "/resolve/" in line]
+    assert fetched and all(path.endswith("/config.json") for path in fetched), fetched
+    for node in sandbox.nodes:
+        assert sandbox.on(node, "sh", "-c", "ls -d /srv/models/sandbox-heads3* "
+                          "/srv/models/.vllmops-staging/sandbox-heads3 2>/dev/null; true") == "", node
+    assert {node: (sandbox.container(node), sandbox.unit(node)) for node in sandbox.nodes} == before
+    assert polls.failed == 0 and polls.ok > 0, (polls.ok, polls.failed)
+    print(f"TP 2 over 3 heads refused {took:.1f} s after ansible-playbook started (a whole deploy, every play); "
+          f"the hub's file requests: {len(fetched)}, all for config.json")

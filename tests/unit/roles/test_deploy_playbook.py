@@ -57,3 +57,22 @@ def test_the_comparison_is_given_the_hub_revision_of_a_model_from_the_hub(variab
     send the run down the full path (issue 38)."""
     expression = _check_task()["model_hub_revision"]
     assert jinja2.Environment().from_string(expression).render(**variables).strip() == passed
+
+
+def _index(predicate):
+    return next(i for i, play in enumerate(PLAYS) if predicate(play))
+
+
+def test_the_whole_change_is_checked_before_the_weights_move_or_anything_serving_changes():
+    """The plan play reads the model's facts (from where its weights come) and checks every rank's command and
+    memory; a refusal there must come before the model play downloads or copies, and before earlyoom, the
+    exporters, Ray, the proxy or vLLM change. What the check needs (the engine, the cluster network and its
+    firewall, the image) comes before it."""
+    check = _index(lambda play: "plan" in play.get("tags", []))
+    tasks = str(PLAYS[check].get("tasks"))
+    assert tasks.index("tasks_from': 'facts.yml'") < tasks.index("tasks_from': 'validate.yml'"), tasks
+    after = {tag for play in PLAYS[check + 1:] for tag in play.get("tags", [])}
+    before = {tag for play in PLAYS[:check] for tag in play.get("tags", [])}
+    assert {"model", "host_memory", "metrics_exporters", "ray_cluster", "api_proxy", "vllm_serve"} <= after
+    assert not before & {"model", "host_memory", "metrics_exporters", "ray_cluster", "api_proxy", "vllm_serve"}, before
+    assert {"docker", "nvidia_container_toolkit", "nccl", "firewall", "image"} <= before

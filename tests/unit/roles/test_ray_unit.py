@@ -28,9 +28,9 @@ def render(role: str, client_server: bool) -> str:
     ports = {name: value for name, value in DEFAULTS.items() if name.startswith("vllmops_ray_") and name.endswith("port")}
     text = env.get_template("vllmops-ray.service.j2").render(
         **RAY, **ports, _ray_cluster_role=role, _ray_cluster_image_id="sha256:abc", _ray_cluster_gpus=1, _ray_cluster_node_ip="10.66.0.2",
-        _ray_cluster_head_ip="10.66.0.2",
         vllmops_unit={"name": "vllmops-ray-head", "image_id": "sha256:abc", "entrypoint": "ray", "env_files": []},
-        vllmops_plan={"ports": {"ray": 6379}, "ray": {"token_auth": True, "client_server": client_server},
+        vllmops_plan={"ports": {"ray": 6379}, "ray": {"address": "10.66.0.2:6379", "token_auth": True,
+                                                      "client_server": client_server},
                       "members": {}}, inventory_hostname="node1", vllmops_cluster_env_file="/etc/vllmops/cluster.env")
     return text.replace("\\\n", " ")
 
@@ -62,3 +62,7 @@ def test_every_port_ray_listens_on_is_pinned_to_one_the_firewall_closes(role):
     for name in ("metrics-export-port", "dashboard-agent-grpc-port", "dashboard-agent-listen-port",
                  "runtime-env-agent-port", *(["ray-client-server-port"] if role == "head" else [])):
         assert pinned[name] in closed, (name, pinned[name], sorted(closed))
+
+
+def test_a_worker_joins_the_head_at_the_plans_ray_address():
+    assert flags(render("worker", False))["address"] == "10.66.0.2:6379"

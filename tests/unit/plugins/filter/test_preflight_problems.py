@@ -42,13 +42,13 @@ CASES = [
                  id="TP 1 x PP 2 on 2 GPUs"),
     pytest.param({"n1": node(), "n2": node()}, {"pipeline_parallel_size": 2}, [], id="PP 2, TP derived"),
     pytest.param({"n1": node(gpus=2), "n2": node()}, {"tensor_parallel_size": 2},
-                 ["tensor_parallel_size 2 x pipeline_parallel_size 1 = 2 GPU(s), but the cluster has 3 (n1:2, n2:1): "
-                  "set vllm_serve_tensor_parallel_size and vllm_serve_pipeline_parallel_size so they multiply to 3, "
-                  "or leave both 0 to derive them."],
+                 ["tensor_parallel_size 2 x pipeline_parallel_size 1 = 2 GPUs, but the cluster has 3 (2 node(s): n1 2, "
+                  "n2 1): set vllm_serve_tensor_parallel_size and vllm_serve_pipeline_parallel_size so they multiply "
+                  "to 3, or leave both 0 to derive them."],
                  id="TP x PP short of the GPUs"),
     pytest.param({"n1": node(gpus=2), "n2": node()}, {"pipeline_parallel_size": 2},
-                 ["pipeline_parallel_size 2 does not divide the 3 GPU(s) of the cluster (n1:2, n2:1): set "
-                  "vllm_serve_pipeline_parallel_size to a divisor of 3, or leave it 0."],
+                 ["pipeline_parallel_size 2 does not divide the cluster's GPUs: the cluster has 3 (2 node(s): n1 2, "
+                  "n2 1): set vllm_serve_pipeline_parallel_size to a divisor of 3, or leave it 0."],
                  id="PP that does not divide the GPUs"),
     pytest.param({"n1": node(listeners=[SSHD, SQUATTER]), "n2": node()}, {},
                  ["Something else listens on n1 on a port the cluster needs (held: 8000 by python3 (pid 4242)): stop "

@@ -234,3 +234,11 @@ def test_a_node_holding_other_content_is_refused_by_name():
     with pytest.raises(PlanError, match=r"node2 sha256:othercontent holds another image than vllm/vllm-openai:v0.32.0 "
                                         r"\(sha256:content, by content ID\)"):
         plan(nodes, dict(NEW, id="sha256:classic", content_id="sha256:content"))
+
+
+@pytest.mark.parametrize(("address", "expected"), [("10.88.0.2", "10.88.0.2:6380"), ("fd00:88::2", "[fd00:88::2]:6380")])
+def test_the_heads_ray_address_is_derived_once_with_ipv6_in_brackets(address, expected):
+    """The Ray workers' --address, the cluster's readiness and status all read plan.ray.address: an IPv6 head
+    written bare (fd00:88::2:6380) is an address Ray cannot parse."""
+    nodes = [node("node1", address), node("node2", "fd00:88::3" if ":" in address else "10.88.0.3")]
+    assert plan(nodes, OLD_RAY, ray_port=6380)["ray"]["address"] == expected
