@@ -115,6 +115,19 @@ def listing(path):
     return found
 
 
+WEIGHT_SUFFIXES = (".bin", ".pt", ".pth", ".gguf")
+
+
+def weight_bytes(files):
+    """The bytes of the weights vLLM loads, from a listing (relative path to a dict with 'size'): the top-level
+    safetensors when there are any (a repository may also ship the same weights as original/*.pth, which vLLM does
+    not load then), else the top-level .bin, .pt, .pth and .gguf files."""
+    top = {name: entry for name, entry in (files or {}).items() if "/" not in name}
+    chosen = [entry for name, entry in top.items() if name.endswith(".safetensors")] or \
+             [entry for name, entry in top.items() if name.endswith(WEIGHT_SUFFIXES)]
+    return sum(int(entry.get("size") or 0) for entry in chosen)
+
+
 def read_config(path, limit=4 << 20):
     """The model's config.json as a dict; None when there is none, it is larger than limit, or not a JSON object."""
     try:

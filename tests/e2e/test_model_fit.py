@@ -81,3 +81,30 @@ def test_a_new_hub_model_whose_heads_the_layout_does_not_divide_is_refused_by_a_
     assert polls.failed == 0 and polls.ok > 0, (polls.ok, polls.failed)
     print(f"TP 2 over 3 heads refused {took:.1f} s after ansible-playbook started (a whole deploy, every play); "
           f"the hub's file requests: {len(fetched)}, all for config.json")
+
+
+def test_a_run_without_the_model_play_refuses_nodes_that_hold_another_model_than_the_one_checked(sandbox, poller):
+    """The check reads the model where its weights come from; `--tags vllm_serve` does not run the model play, so a
+    source that changed (here another hub repository for the same directory) is not what the nodes hold: refused
+    after the check, before any rank restarts, naming the fix."""
+    tiny = subprocess.run([sys.executable, str(ROOT / "tests/sandbox/serving/real_vllm.py"), "model"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as copy:
+        for path in Path(tiny).iterdir():
+            (Path(copy) / path.name).write_bytes(path.read_bytes())
+        config = json.loads((Path(copy) / "config.json").read_text())
+        (Path(copy) / "config.json").write_text(json.dumps(dict(config, max_position_embeddings=1024)))
+        revision = subprocess.run([sys.executable, str(ROOT / "tests/sandbox/hub.py"), "publish", "--root",
+                                   str(HUB_LOG.parent), "--repo", "sandbox/tiny-next", "--source", copy],
+                                  capture_output=True, text=True, check=True).stdout.strip()
+    before = {node: (sandbox.container(node), sandbox.unit(node)) for node in sandbox.nodes}
+    with poller() as polls:
+        run = sandbox.deploy(extra={"model_hub_repo": "sandbox/tiny-next", "model_hub_revision": revision},
+                             echo=False)
+    said = " ".join(run.stdout.split())
+    assert run.returncode != 0, said[-3000:]
+    assert (f"/srv/models/sandbox-tiny on {sandbox.head} is not the model that was checked before anything moved "
+            f"(sandbox/tiny-next@{revision}: their config.json differ)") in said, said[-3000:]
+    assert "run it too (--tags model,vllm_serve, or deploy.yml without --tags). Nothing was restarted." in said
+    assert {node: (sandbox.container(node), sandbox.unit(node)) for node in sandbox.nodes} == before
+    assert polls.failed == 0 and polls.ok > 0, (polls.ok, polls.failed)
