@@ -24,6 +24,21 @@ WEIGHTS = MODEL + "/model.safetensors"
 HUB_LOG = Path.home() / ".cache/vllmops/hub/vllmops-sandbox.pid.log"
 
 
+def publish_tiny_variant(repo: str, **config) -> str:
+    """Publish the tiny model `make sandbox` made on the hub stand-in as REPO, its config.json changed by CONFIG;
+    returns the new revision."""
+    tiny = subprocess.run([sys.executable, str(ROOT / "tests/sandbox/serving/real_vllm.py"), "model"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    with tempfile.TemporaryDirectory() as copy:
+        for path in Path(tiny).iterdir():
+            (Path(copy) / path.name).write_bytes(path.read_bytes())
+        original = json.loads((Path(copy) / "config.json").read_text())
+        (Path(copy) / "config.json").write_text(json.dumps(dict(original, **config)))
+        return subprocess.run([sys.executable, str(ROOT / "tests/sandbox/hub.py"), "publish", "--root",
+                               str(HUB_LOG.parent), "--repo", repo, "--source", copy],
+                              capture_output=True, text=True, check=True).stdout.strip()
+
+
 def _manifest(sandbox, node, path=MANIFEST):
     return json.loads(sandbox.on(node, "cat", path))
 
@@ -125,16 +140,7 @@ def test_a_hub_model_the_images_vllm_does_not_register_is_refused_before_any_wei
     """A new model on the hub whose config.json names an architecture the image's vLLM lacks: the model play reads
     config.json through the hub client and refuses, naming it, before the download; the hub served no weight file,
     nothing was written on the nodes, and the cluster kept serving."""
-    tiny = subprocess.run([sys.executable, str(ROOT / "tests/sandbox/serving/real_vllm.py"), "model"],
-                          capture_output=True, text=True, check=True).stdout.strip()  # the model make sandbox published
-    with tempfile.TemporaryDirectory() as copy:
-        for path in Path(tiny).iterdir():
-            (Path(copy) / path.name).write_bytes(path.read_bytes())
-        config = json.loads((Path(copy) / "config.json").read_text())
-        (Path(copy) / "config.json").write_text(json.dumps(dict(config, architectures=["Qwen9ForCausalLM"])))
-        revision = subprocess.run([sys.executable, str(ROOT / "tests/sandbox/hub.py"), "publish", "--root",
-                                   str(HUB_LOG.parent), "--repo", "sandbox/tiny-unregistered", "--source", copy],
-                                  capture_output=True, text=True, check=True).stdout.strip()
+    revision = publish_tiny_variant("sandbox/tiny-unregistered", architectures=["Qwen9ForCausalLM"])
     before = {node: (sandbox.container(node), sandbox.unit(node)) for node in sandbox.nodes}
     served = len(HUB_LOG.read_text().splitlines())
     with poller() as polls:
