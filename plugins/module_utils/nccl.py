@@ -97,10 +97,22 @@ def netdev_facts(sysfs: str, name: str) -> dict:
     }
 
 
+def _pci_function(sysfs: str, link: str) -> str | None:
+    """The PCI function (0000:01:00.1) a netdev's or an RDMA device's ``device`` link points at."""
+    path = os.path.join(sysfs, link, "device")
+    return os.path.basename(os.path.realpath(path)) if os.path.exists(path) else None
+
+
+def _pci_slot(function: str | None) -> str | None:
+    """0002:01:00.1 -> 01:00.1: the bus, device and function without the PCI domain."""
+    return function.split(":", 1)[1] if function and function.count(":") == 2 else None
+
+
 def rdma_device(sysfs: str, name: str) -> dict:
-    """One RDMA device: ports with state, link layer and GID table."""
+    """One RDMA device: its PCI function, system image GUID, netdevs and ports (state, link layer, GID table)."""
     ports = []
-    ports_dir = os.path.join(sysfs, "class/infiniband", name, "ports")
+    base_dir = os.path.join(sysfs, "class/infiniband", name)
+    ports_dir = os.path.join(base_dir, "ports")
     for port in _listdir(ports_dir):
         base = os.path.join(ports_dir, port)
         state = _read(os.path.join(base, "state")) or ""
@@ -114,7 +126,34 @@ def rdma_device(sysfs: str, name: str) -> dict:
                          "ndev": _read(os.path.join(base, "gid_attrs/ndevs", index))})
         ports.append({"port": int(port), "state": state, "active": state.startswith("4"),
                       "link_layer": _read(os.path.join(base, "link_layer")), "gids": gids})
-    return {"name": name, "ports": ports}
+    netdevs = sorted({g["ndev"] for p in ports for g in p["gids"] if g["ndev"]}
+                     | set(_listdir(os.path.join(base_dir, "device/net"))))
+    return {"name": name, "pci": _pci_function(sysfs, f"class/infiniband/{name}"),
+            "sys_image_guid": _read(os.path.join(base_dir, "sys_image_guid")) or None,
+            "netdevs": netdevs, "ports": ports}
+
+
+def verbs_devices(sysfs: str, devfs: str, dev: str) -> list[str]:
+    """The verbs character devices (devfs/infiniband/uverbsN) of one RDMA device that exist under devfs."""
+    names = _listdir(os.path.join(sysfs, "class/infiniband", dev, "device/infiniband_verbs"))
+    return [path for path in (os.path.join(devfs, "infiniband", name) for name in names) if os.path.exists(path)]
+
+
+def hca_names(value: str | None, known: list[str]) -> list[str]:
+    """The RDMA devices an NCCL_IB_HCA value selects among `known`: ``=a:1,b`` exactly those, ``a,b`` those
+    whose names start so (NCCL's prefix match), ``^a`` all but those; empty or unset: none (the caller decides)."""
+    value = (value or "").strip()
+    if not value:
+        return []
+    exclude, exact = value.startswith("^"), False
+    value = value.lstrip("^")
+    if value.startswith("="):
+        exact, value = True, value[1:]
+    wanted = [entry.split(":")[0] for entry in value.split(",") if entry.strip()]
+
+    def named(dev: str) -> bool:
+        return any(dev == want if exact else dev.startswith(want) for want in wanted)
+    return [dev for dev in known if named(dev) != exclude]
 
 
 def container_devices(sysfs: str, devfs: str, hca: list[str]) -> tuple[list[str], list[str]]:
@@ -122,9 +161,7 @@ def container_devices(sysfs: str, devfs: str, hca: list[str]) -> tuple[list[str]
     and the RDMA devices that have none there (NCCL inside could not open them)."""
     devices, missing = [], []
     for dev in sorted({entry.split(":")[0] for entry in hca}):
-        verbs = [os.path.join(devfs, "infiniband", name)
-                 for name in _listdir(os.path.join(sysfs, "class/infiniband", dev, "device/infiniband_verbs"))]
-        present = [path for path in verbs if os.path.exists(path)]
+        present = verbs_devices(sysfs, devfs, dev)
         devices.extend(present)
         if not present:
             missing.append(dev)
@@ -149,11 +186,91 @@ def roce_v2_ipv4_index(port: dict, address: str, netdev: str) -> int | None:
     return None
 
 
+def _roce_v2(gid: dict) -> bool:
+    return (gid["type"] or "").lower().startswith("roce v2")
+
+
 def _nccl_older_than_auto_gid(nccl_version: str | None) -> bool:
     if not nccl_version:
         return False
     parts = [int(p) for p in nccl_version.split(".")[:2] if p.isdigit()]
     return tuple(parts) < GID_AUTO_NCCL
+
+
+# What each RDMA device is to the cluster link (rdma_devices[].role).
+ROLES = {
+    "cluster port": "the cluster interface's own",
+    "twin": "the other PCI function of the cluster port (half of its bandwidth)",
+    "second cable": "the adapter's other port, cabled (a ring)",
+    "second cable twin": "the other PCI function of the second cable's port",
+}
+
+
+def _link_roles(sysfs: str, name: str, netdev_rdma: list[str]) -> dict:
+    """Every RDMA device of the cluster link -> (its role, ROLES; rdma_device()). The cluster port's devices sit on
+    the cluster netdev's PCI function, or their GIDs name that netdev. On RoCE the link has more halves, on the same
+    adapter (the same system image GUID): the cluster port's twin functions share its PCI slot (bus, device,
+    function) in another PCI domain - a DGX Spark's two PCIe x4 links to one QSFP port, each on its own netdev -;
+    the adapter's other port has another function number (the lowest PCI domain stands for it, its other
+    functions are its twins). Whether each is ACTIVE and usable is the caller's to judge."""
+    devices = {dev: rdma_device(sysfs, dev) for dev in _listdir(os.path.join(sysfs, "class/infiniband"))}
+    roles = {dev: "cluster port" for dev, info in devices.items() if dev in netdev_rdma or name in info["netdevs"]}
+    cluster_slots = {_pci_slot(devices[dev]["pci"]) for dev in roles} - {None}
+    guids = {devices[dev]["sys_image_guid"] for dev in roles} - {None}
+    roce = all(p["link_layer"] == "Ethernet" for dev in roles for p in devices[dev]["ports"])
+    same_adapter = sorted((info["pci"] or dev, dev) for dev, info in devices.items()
+                          if roce and dev not in roles and info["sys_image_guid"] in guids)
+    other_slots = set()
+    for pci, dev in same_adapter:
+        slot = _pci_slot(pci)
+        if slot in cluster_slots:
+            roles[dev] = "twin"
+        else:
+            roles[dev] = "second cable twin" if slot in other_slots else "second cable"
+            other_slots.add(slot)
+    return {dev: (roles[dev], devices[dev]) for dev in sorted(roles)}
+
+
+def _judge_ports(role: str, info: dict, address: str, netdev: str) -> None:
+    """Mark each port of a link device: whether it carries the cluster address, and whether NCCL can use it."""
+    for port in info["ports"]:
+        port["roce_v2_ipv4_gid_index"] = None
+        if port["link_layer"] != "Ethernet":
+            port["carries_cluster_address"] = True  # InfiniBand: IPoIB address, addressing by LID/GUID
+            port["usable"] = True
+        elif role == "cluster port":
+            port["roce_v2_ipv4_gid_index"] = roce_v2_ipv4_index(port, address, netdev)
+            port["carries_cluster_address"] = port["usable"] = port["roce_v2_ipv4_gid_index"] is not None
+        else:
+            # A twin or a second cable reaches its peer through its own GIDs: a RoCE v2 link-local one (built from
+            # its own netdev's MAC) does, an IPv4 address on its netdev is not needed.
+            port["carries_cluster_address"] = False
+            port["usable"] = any(_roce_v2(gid) for gid in port["gids"])
+        port["used"] = port["active"] and port["usable"]
+
+
+def _link_warnings(link: dict, name: str, address: str) -> list[str]:
+    warnings = []
+    # A second cable's twin matters only where that cable is in: its first function is ACTIVE.
+    cabled = {_pci_slot(info["pci"]) for role, info in link.values()
+              if role == "second cable" and any(p["active"] for p in info["ports"])}
+    for dev, (role, info) in link.items():
+        label = f"{', '.join(info['netdevs']) or 'no netdev'}, PCI {info['pci'] or '?'}"
+        for port in info["ports"]:
+            hca = f"{dev}:{port['port']}"
+            if role == "cluster port" and port["active"] and not port["usable"]:
+                warnings.append(f"RDMA port(s) {hca} on {name} carry no RoCE v2 GID for {address} and are left out of "
+                                "NCCL_IB_HCA")
+            elif (role == "twin" or (role == "second cable twin" and _pci_slot(info["pci"]) in cabled)) \
+                    and not port["active"]:
+                warnings.append(f"{hca} ({label}), {ROLES[role]}, is {port['state'] or 'not ACTIVE'}: NCCL gets "
+                                "half of that port's bandwidth. Bring its netdev up (ip link set DEV up, or "
+                                "cluster_network_manage: true) and check that the cable gives both PCI functions a "
+                                "link")
+            elif role != "cluster port" and port["active"] and not port["usable"]:
+                warnings.append(f"{hca} ({label}), {ROLES[role]}, is ACTIVE but has no RoCE v2 GID (its netdev "
+                                "has no IPv6 link-local address?) and is left out of NCCL_IB_HCA")
+    return warnings
 
 
 def nccl_facts(ip_addr: list[dict], sysfs: str, address: str | None = None, cidr: str | None = None,
@@ -163,31 +280,32 @@ def nccl_facts(ip_addr: list[dict], sysfs: str, address: str | None = None, cidr
     name = interface["name"]
     netdev = netdev_facts(sysfs, name)
     network = ipaddress.ip_interface(f"{entry['address']}/{entry['prefixlen']}").network
-    # RDMA devices on this network: mapped from the netdev, or whose GIDs name it.
-    candidates = set(netdev["rdma_devices"])
-    for dev in _listdir(os.path.join(sysfs, "class/infiniband")):
-        for port_name in _listdir(os.path.join(sysfs, "class/infiniband", dev, "ports")):
-            ndevs = os.path.join(sysfs, "class/infiniband", dev, "ports", port_name, "gid_attrs/ndevs")
-            if any(_read(os.path.join(ndevs, i)) == name for i in _listdir(ndevs)):
-                candidates.add(dev)
-    devices, hca, gid_index = [], [], None
-    for dev in sorted(candidates):
-        info = rdma_device(sysfs, dev)
+    link = _link_roles(sysfs, name, netdev["rdma_devices"])
+    rdma, hca, gid_index = [], [], None
+    for dev, (role, info) in link.items():
+        _judge_ports(role, info, entry["address"], name)
+        rdma.append(dict(info, role=role))
         for port in info["ports"]:
-            port["roce_v2_ipv4_gid_index"] = None
-            if port["link_layer"] == "Ethernet":
-                port["roce_v2_ipv4_gid_index"] = roce_v2_ipv4_index(port, entry["address"], name)
-                carries = port["roce_v2_ipv4_gid_index"] is not None
-            else:
-                carries = True  # InfiniBand: IPoIB address, addressing by LID/GUID
-            port["carries_cluster_address"] = carries
-            if port["active"] and carries:
+            if port["used"]:
                 hca.append(f"{dev}:{port['port']}")
-                if gid_index is None:
+                if gid_index is None and role == "cluster port":
                     gid_index = port["roce_v2_ipv4_gid_index"]
-        devices.append(info)
-    link_layers = {p["link_layer"] for d in devices for p in d["ports"] if f"{d['name']}:{p['port']}" in hca}
+    warnings = _link_warnings(link, name, entry["address"])
+    link_layers = {p["link_layer"] for d in rdma for p in d["ports"] if p["used"]}
     transport = "socket" if not hca else ("ib" if link_layers == {"InfiniBand"} else "roce")
+    pin_gid = transport == "roce" and gid_index is not None and (force_gid_index or _nccl_older_than_auto_gid(nccl_version))
+    if pin_gid:
+        # One NCCL_IB_GID_INDEX for every HCA: a half whose GID at that index is not RoCE v2 would not connect.
+        for dev, (role, info) in link.items():
+            for port in info["ports"]:
+                at = next((g for g in port["gids"] if g["index"] == gid_index), None)
+                if port["used"] and role != "cluster port" and not (at and _roce_v2(at)):
+                    hca.remove(f"{dev}:{port['port']}")
+                    port["used"] = False
+                    warnings.append(f"{dev}:{port['port']}, {ROLES[role]}, has no RoCE v2 GID at index "
+                                    f"{gid_index}, the one NCCL_IB_GID_INDEX gives every HCA (NCCL older than 2.21, "
+                                    "or nccl_force_gid_index): it is left out. NCCL 2.21 or newer picks each "
+                                    "port's GID itself and uses it")
     env = {
         "VLLM_HOST_IP": entry["address"],
         "NCCL_SOCKET_IFNAME": "=" + name,
@@ -198,36 +316,43 @@ def nccl_facts(ip_addr: list[dict], sysfs: str, address: str | None = None, cidr
     }
     if hca:
         env["NCCL_IB_HCA"] = "=" + ",".join(hca)
-    if transport == "roce" and gid_index is not None and (force_gid_index or _nccl_older_than_auto_gid(nccl_version)):
+    if pin_gid:
         env["NCCL_IB_GID_INDEX"] = str(gid_index)
-    warnings = []
     if transport == "roce" and netdev["mtu"] and netdev["mtu"] < 9000:
         warnings.append(f"{name} has MTU {netdev['mtu']}: RoCE wants jumbo frames (9000) on every node and switch "
                         "port, or NCCL runs well below line rate")
     if netdev["operstate"] not in (None, "up", "unknown"):
         warnings.append(f"{name} is {netdev['operstate']}")
-    twins_without = [f"{d['name']}:{p['port']}" for d in devices for p in d["ports"]
-                     if p["active"] and not p["carries_cluster_address"]]
-    if twins_without:
-        warnings.append(f"RDMA port(s) {', '.join(twins_without)} on {name} carry no RoCE v2 GID for "
-                        f"{entry['address']} and are left out of NCCL_IB_HCA")
     devices, without_node = container_devices(sysfs, devfs, hca)
     if without_node:
         warnings.append(f"RDMA device(s) {', '.join(without_node)} have no verbs device under {devfs}/infiniband "
                         "(is ib_uverbs loaded?): the containers get none, and NCCL in them uses TCP sockets")
+    rdma_cm = os.path.join(devfs, "infiniband", "rdma_cm")
     return {
         "interface": {"name": name, "address": entry["address"], "prefixlen": entry["prefixlen"],
                       "network": str(network), "mtu": netdev["mtu"], "speed_mbps": netdev["speed_mbps"],
                       "operstate": netdev["operstate"]},
-        "rdma_devices": devices,
+        "rdma_devices": rdma,
         "nccl_ib_hca": hca,
         "container_devices": devices,
+        # Every RDMA device of the host: what an NCCL_IB_HCA set by hand may name (rdma_container_devices).
+        "verbs_devices": {dev: verbs_devices(sysfs, devfs, dev)
+                          for dev in _listdir(os.path.join(sysfs, "class/infiniband"))},
+        "rdma_cm": rdma_cm if os.path.exists(rdma_cm) else None,
         "roce_v2_ipv4_gid_index": gid_index,
         "transport": transport,
         "ray_node_ip_address": entry["address"],
         "recommended_env": env,
         "warnings": warnings,
     }
+
+
+def rdma_container_devices(facts: dict, nccl_ib_hca: str | None) -> list[str]:
+    """The device nodes the serving containers get for the NCCL_IB_HCA they run with (the cluster environment's,
+    which an operator may have set by hand): each selected device's verbs nodes, and rdma_cm."""
+    verbs = facts.get("verbs_devices") or {}
+    devices = [path for dev in hca_names(nccl_ib_hca, sorted(verbs)) for path in verbs[dev]]
+    return [*devices, facts["rdma_cm"]] if devices and facts.get("rdma_cm") else devices
 
 
 def network_settings(image_env: dict) -> dict:

@@ -12,13 +12,20 @@ description:
   - Finds the interface that carries the node's cluster address (or its address in the cluster CIDR) from
     C(ip -j addr show), and reads C(/sys/class/net) and C(/sys/class/infiniband) for its MTU, speed, RDMA devices,
     port states, link layers and GID tables.
-  - Picks the ACTIVE RDMA ports on that network whose RoCE v2 GID holds the IPv4-mapped cluster address
-    (InfiniBand ports of the same netdev count as they are). Twins of one port without that GID are left out.
+  - Finds every RDMA device of the cluster link - the cluster interface's own (on its PCI function, or whose GIDs
+    name it) and, on RoCE, the others of the same adapter (the same system image GUID) - the twin functions of
+    the cluster port (the same PCI slot in another PCI domain, as a DGX Spark's two PCIe x4 links to one QSFP
+    port), and the adapter's other port with its twins (a second cable, in a ring of three or four Sparks).
+  - Uses the ACTIVE ports among them - the cluster interface's own when its RoCE v2 GID holds the IPv4-mapped
+    cluster address, the others when they have a RoCE v2 GID at all (the link-local one of their own netdev: an
+    IPv4 address on them is not needed). InfiniBand ports of the cluster interface count as they are.
+  - Reports a twin that is not ACTIVE - NCCL then gets half of the port's bandwidth - and how to bring it up.
   - Returns the recommended environment; C(NCCL_IB_GID_INDEX) only when the image's NCCL is older than 2.21
     (newer NCCL chooses the GID itself) or O(force_gid_index) is set.
   - Lists the device nodes (C(/dev/infiniband/uverbsN), C(rdma_cm)) a container needs to use those ports.
-  - Warns about an MTU below 9000 on RoCE, about RDMA ports left out, and about chosen devices without a verbs
-    device node.
+  - Warns about an MTU below 9000 on RoCE, about RDMA ports left out or down, and about chosen devices without a
+    verbs device node. With one C(NCCL_IB_GID_INDEX) (older NCCL), a half whose GID at that index is not RoCE v2
+    is left out, and said so.
 options:
   cluster_address:
     description: The node's address on the cluster network. One of O(cluster_address) and O(cluster_cidr) is required.
@@ -78,8 +85,11 @@ interface:
       description: Operational state.
       type: str
 rdma_devices:
-  description: RDMA devices on that interface, each with C(name) and C(ports) (C(port), C(state), C(active),
-    C(link_layer), C(gids), C(roce_v2_ipv4_gid_index), C(carries_cluster_address)).
+  description:
+    - The RDMA devices of the cluster link, each with C(name), C(role) (C(cluster port), C(twin), C(second cable),
+      C(second cable twin)), C(pci) (its PCI function), C(sys_image_guid), C(netdevs) and C(ports).
+    - Each port has C(port), C(state), C(active), C(link_layer), C(gids), C(roce_v2_ipv4_gid_index),
+      C(carries_cluster_address), C(usable) (a GID NCCL can use) and C(used) (in RV(nccl_ib_hca)).
   returned: success
   type: list
   elements: dict
@@ -95,6 +105,15 @@ container_devices:
   returned: success
   type: list
   elements: str
+verbs_devices:
+  description: Every RDMA device of the host, to its verbs device nodes that exist - what an C(NCCL_IB_HCA) set by
+    hand may select (filter C(vllmops.cluster.rdma_container_devices)).
+  returned: success
+  type: dict
+rdma_cm:
+  description: C(/dev/infiniband/rdma_cm) where the host has it, else null.
+  returned: success
+  type: str
 roce_v2_ipv4_gid_index:
   description: The RoCE v2 GID index of the cluster address on the first chosen port, null when none.
   returned: success
