@@ -16,7 +16,8 @@ description:
     such a value counts as the error it gives before facts are read)."
   - "Settings: every variable of the host whose name starts with a role's name (C(docker_), C(nccl_),
     C(vllm_serve_)...) or C(vllmops_), extra vars included, and C(ansible_host), C(ansible_port), C(ansible_user);
-    not C(vllmops_fast_rerun), a switch of the run itself.
+    not the switches of the run itself - C(vllmops_fast_rerun), and the bandwidth check's C(network_check) and
+    C(network_check_*) (a measurement, not something deployed).
     A variable that cannot be templated counts as its error."
   - The filter C(vllmops.cluster.files_fingerprint) adds the files on the controller the deploy reads, by size and
     modification time (of a directory, each file in it), so a new image archive or a replaced secret changes it
@@ -63,8 +64,9 @@ from pathlib import Path
 COLLECTION = Path(__file__).resolve().parents[2]
 CONTENT = ("roles", "plugins", "playbooks", "meta")
 CONNECTION = ("ansible_host", "ansible_port", "ansible_user")
-# Switches of the run itself, not of what it deploys.
-RUN_SWITCHES = ("vllmops_fast_rerun",)
+# Switches of the run itself, not of what it deploys: names, and name prefixes (a role that only measures).
+RUN_SWITCHES = ("vllmops_fast_rerun", "network_check")
+RUN_SWITCH_PREFIXES = ("network_check_",)
 _content_digest = None
 
 
@@ -98,7 +100,8 @@ def _value(variables, name):
 def deploy_fingerprint(variables, members, hostvars, extra=None):
     prefixes = _prefixes()
     settings = {name: _value(variables, name) for name in sorted(variables.keys())
-                if (name.startswith(prefixes) or name in CONNECTION) and name not in RUN_SWITCHES}
+                if (name.startswith(prefixes) or name in CONNECTION) and name not in RUN_SWITCHES
+                and not name.startswith(RUN_SWITCH_PREFIXES)}
     cluster = [[member, _value(hostvars[member], "ansible_host") if "ansible_host" in hostvars[member] else member]
                for member in members]
     document = {"collection": collection_digest(), "settings": settings, "members": cluster, "extra": extra or {}}

@@ -32,6 +32,8 @@ def test_settings_of_ours_count_others_do_not():
     assert _print(_hostvars(docker_live_restore=True)) != base
     assert _print(_hostvars(ansible_user="ops")) != base
     assert _print(_hostvars(unrelated_var=1, ansible_check_mode=True, vllmops_fast_rerun=False)) == base
+    # the bandwidth check measures, it deploys nothing: `deploy.yml -e network_check=true` keeps the fast path
+    assert _print(_hostvars(network_check=True, network_check_min_ratio=0.3, network_check_link_mbps=400)) == base
 
 
 def test_members_and_their_addresses_count():
