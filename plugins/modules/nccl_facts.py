@@ -17,7 +17,7 @@ description:
     the cluster port (the same PCI slot in another PCI domain, as a DGX Spark's two PCIe x4 links to one QSFP
     port), and the adapter's other port with its twins (a second cable, in a ring of three or four Sparks).
   - Uses the ACTIVE ports among them - the cluster interface's own when its RoCE v2 GID holds the IPv4-mapped
-    cluster address, the others when they have a RoCE v2 GID at all (the link-local one of their own netdev: an
+    cluster address, the others when they have a RoCE v2 GID at all (the link-local one of their own netdev - an
     IPv4 address on them is not needed). InfiniBand ports of the cluster interface count as they are.
   - Reports a twin that is not ACTIVE - NCCL then gets half of the port's bandwidth - and how to bring it up.
   - Returns the recommended environment; C(NCCL_IB_GID_INDEX) only when the image's NCCL is older than 2.21

@@ -107,8 +107,9 @@ def plot(documents: list[dict], path: str) -> None:
     links = sorted({row["link"] for document in documents for row in document["rows"]})
     for link in links:
         points = [(i, row) for i, document in enumerate(documents) for row in document["rows"] if row["link"] == link]
-        line = axes.plot([i for i, _ in points], [row["busbw_gbit"] for _, row in points], marker="o", label=link)[0]
-        speeds = {row["link_gbit"] for _, row in points if row["link_gbit"]}
+        line = axes.plot([point[0] for point in points], [point[1]["busbw_gbit"] for point in points], marker="o",
+                         label=link)[0]
+        speeds = {point[1]["link_gbit"] for point in points if point[1]["link_gbit"]}
         for speed in speeds:
             axes.axhline(speed, linestyle="--", color=line.get_color(), alpha=0.5)
     axes.set_xticks(range(len(times)), times, rotation=30, ha="right", fontsize="small")
