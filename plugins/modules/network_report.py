@@ -103,7 +103,7 @@ else:
 def plot(documents: list[dict], path: str) -> None:
     """Each link's bus bandwidth over the checks kept (oldest first), its speed dashed."""
     figure, axes = pyplot.subplots(figsize=(8, 4))
-    times = [document["stamp"].get("time", "")[:16] for document in documents]
+    times = [document["stamp"].get("time", "").replace("T", " ")[:19] for document in documents]
     links = sorted({row["link"] for document in documents for row in document["rows"]})
     for link in links:
         points = [(i, row) for i, document in enumerate(documents) for row in document["rows"] if row["link"] == link]

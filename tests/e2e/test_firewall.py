@@ -22,8 +22,8 @@ from outsider import _CONNECT
 
 # Ports nothing listens on in the Ray-free sandbox get a listener of the test:
 # Ray's GCS, node manager, object manager and a worker port, Ray's dashboard,
-# the image copy port.
-FIXED_PORTS = [6379, 6800, 6801, 10500, 8265, 29700]
+# the image copy port, the bandwidth check's rendezvous (network_check).
+FIXED_PORTS = [6379, 6800, 6801, 10500, 8265, 29700, 29702]
 TABLE = ["nft", "list", "table", "inet", "vllmops"]
 
 # Runs on a node: listens on the given ports until killed (its pid in a file).
