@@ -139,6 +139,9 @@ def test_a_hung_worker_behind_a_healthy_port_is_caught_and_the_ranks_restart_in_
     assert event["check"] == {"ok": False, "what": f"completion: no answer within {SERVE['vllm_serve_health_timeout']} s",
                               "health": 200}, event
     assert event["did"].startswith("restarted vllmops-vllm (rank 0); the other ranks follow"), event
+    # it names the failure it acted on, from rank 0's journal (a worker frozen without a word: a hang)
+    print(f"the head watchdog's diagnosis: {event.get('failure_class')} - {event.get('evidence')}")
+    assert event.get("failure_class") not in (None, "none", "unknown") and event.get("hint"), event
     # in rendezvous order: a new rank 0 first, then a new rank 1, restarted by its own watchdog
     assert all(sandbox.container(node)["id"] != old[node] for node in sandbox.nodes)
     assert follow > 0, follow
@@ -147,6 +150,7 @@ def test_a_hung_worker_behind_a_healthy_port_is_caught_and_the_ranks_restart_in_
                           "--since", since)
     assert "check failed (3 of 3 in a row)" in head_log, head_log
     assert f"({event['restarts_in_window']} of at most 3 in 3600 s)" in head_log, head_log
+    assert f"what vllmops-vllm logged since it started: {event['failure_class']} - " in head_log, head_log
     rank_log = sandbox.on(sandbox.worker, "journalctl", "--no-pager", "--output", "cat", "--unit", "vllmops-vllm-watchdog",
                           "--since", since)
     assert "rank 1: none of its connections to" in rank_log, rank_log
@@ -160,5 +164,6 @@ def test_a_hung_worker_behind_a_healthy_port_is_caught_and_the_ranks_restart_in_
     assert run.returncode == 0, run.stdout[-3000:]
     assert "head watchdog vllmops-vllm-health: timer active; last check" in run.stdout, run.stdout[-3000:]
     assert f"last event {event['time']}: saw 3 failed checks in a row" in run.stdout, run.stdout[-3000:]
+    assert f"the rank's log: {event['failure_class']}" in run.stdout, run.stdout[-3000:]
     assert "did restarted vllmops-vllm (rank 0)" in run.stdout and "served again" in run.stdout, run.stdout[-3000:]
     assert "DEGRADED" not in run.stdout, run.stdout[-3000:]

@@ -15,7 +15,10 @@ it are gone, and their rank watchdogs restart them, so every rank meets the
 new rank 0. Over Ray the head's unit is all of vLLM that runs in systemd.
 
 What it saw and did goes to the journal (stdout) and to a small JSON state
-file (--state) that playbooks/status.yml shows. Failed checks do not count
+file (--state) that playbooks/status.yml shows. Before it acts it reads what
+vLLM's unit logged since it started (its journal) and names the failure's
+class, the evidence and the fix to try, with the collection's own classifier
+(vllm_logs.py, installed beside this script). Failed checks do not count
 while vLLM's unit is younger than --grace seconds and has not answered yet
 (it is loading), nor while the unit is not running (systemd, or a deploy,
 is bringing it back; a deploy also stops this timer while it restarts the
@@ -38,7 +41,18 @@ import time
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+try:
+    import vllm_logs  # the collection's plugins/module_utils/vllm_logs.py, installed beside this script
+except ImportError:  # an older install without it: the watchdog acts the same, without naming the class
+    vllm_logs = None
+
 STATE_VERSION = 1
+# The log names no failure since the server started, yet the checks failed: requests hang silently.
+SILENT_HINT = ("vLLM stopped answering without logging a cause since it started: a worker stuck (a frozen process, a "
+               "GPU or NCCL operation that never returns); the restart brings it back, the rank's journal before "
+               "it shows what it was doing.")
+JOURNAL_LINES = 5000
 # Kept for the status line and the tests: how a restart is described per plan mode.
 FOLLOWERS = {
     "mp-multinode": "the other ranks follow through their rank watchdogs once their connections to rank 0 are gone",
@@ -128,6 +142,24 @@ def probe(url: str, model: str, key: str, deadline: float) -> dict:
     health, _body, health_error = _call(url + "/health", None, "", min(deadline, 5.0))
     return {"ok": False, "took": took, "what": "completion: " + (error or f"HTTP {status}"),
             "health": health if health is not None else health_error}
+
+
+def read_journal(unit: str, run_id: str, lines: int = JOURNAL_LINES) -> list[str]:
+    """What the unit's current run logged (its container's output), its last `lines` lines."""
+    where = [f"_SYSTEMD_INVOCATION_ID={run_id}"] if run_id else ["--unit", unit]
+    proc = subprocess.run(["journalctl", "--no-pager", "--output", "cat", "--lines", str(lines), *where],
+                          capture_output=True, text=True, check=False, env=dict(os.environ, LC_ALL="C"))
+    return proc.stdout.splitlines()
+
+
+def diagnose(lines: list[str]) -> dict:
+    """The failure's class, its evidence and the hint, from the unit's log ({} without the classifier)."""
+    if vllm_logs is None or not lines:
+        return {}
+    cls, evidence, hint = vllm_logs.classify(lines, exited=False)
+    if cls == "none":  # a healthy start and nothing since: the silence is the failure the checks saw
+        cls, hint = "hang", SILENT_HINT
+    return {"failure_class": cls, "evidence": evidence[-3:], "hint": hint}
 
 
 # --- the decision ----------------------------------------------------------------------
@@ -257,7 +289,15 @@ def main(argv: list[str] | None = None) -> int:
     result = None
     if unit["active"] == "active":
         result = probe(args.url.rstrip("/"), args.model, read_api_key(args.env_file), args.timeout)
-    state, action, lines = decide(state, unit, result, time.time(), cfg)
+    now = time.time()
+    state, action, lines = decide(state, unit, result, now, cfg)
+    event = state.get("last_event") or {}
+    if event.get("at") == now:  # acted on (restart), or reached the limit: what the rank's own log says
+        found = diagnose(read_journal(args.unit, unit["run_id"]))
+        event.update(found)
+        if found:
+            lines.append(f"<3>what {args.unit} logged since it started: {found['failure_class']} - {found['hint']} "
+                         f"Evidence: {' | '.join(found['evidence'])}")
     for line in lines:
         print(line, flush=True)
     if action == "restart":

@@ -242,3 +242,62 @@ def test_a_refused_check_is_said_once_and_never_restarts(node, api):
                     "that, none is made; check the served model name and the key in the environment file"]
     assert outs[-1][1]["last_check"] == {"ok": None, "what": 'completion refused: HTTP 401 {"error": "Unauthorized"}'}
     assert "restart" not in node["calls"].read_text()
+
+
+# --- the class of the failure it acted on, from the rank's journal ----------------------------------------------
+CLASSIFIER = Path(__file__).resolve().parents[3] / "plugins" / "module_utils" / "vllm_logs.py"
+OOM_LOG = """INFO 12-05 10:00:01 [api_server.py:1090] Starting vLLM API server 0 on http://0.0.0.0:8001
+INFO:     Application startup complete.
+INFO:     127.0.0.1:40000 - "POST /v1/completions HTTP/1.1" 200 OK
+ERROR 12-05 10:20:13 [core.py:700] EngineCore encountered a fatal error.
+ERROR 12-05 10:20:13 [core.py:700] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 119.70 GiB of which 1.06 GiB is free.
+"""
+SILENT_LOG = """INFO 12-05 10:00:01 [api_server.py:1090] Starting vLLM API server 0 on http://0.0.0.0:8001
+INFO:     Application startup complete.
+INFO:     127.0.0.1:40000 - "POST /v1/completions HTTP/1.1" 200 OK
+"""
+
+
+def installed_run(node, api, journal: str):
+    """A run of the script as the role installs it, the classifier beside it; journalctl shows `journal`."""
+    home = node["state"].parent / "etc"
+    home.mkdir(exist_ok=True)
+    for source in (SCRIPT, CLASSIFIER):
+        (home / source.name).write_text(source.read_text())
+    (node["state"].parent / "journal.log").write_text(journal)
+    journalctl = Path(node["path"].split(":")[0]) / "journalctl"
+    journalctl.write_text(f'#!/bin/sh\necho "$*" >>{node["calls"]}.journalctl\ncat {node["state"].parent / "journal.log"}\n')
+    journalctl.chmod(0o755)
+    argv = [sys.executable, str(home / SCRIPT.name), "--url", api.url, "--model", "tiny", "--unit", "vllmops-vllm",
+            "--mode", "mp-multinode", "--env-file", str(node["env"]), "--state", str(node["state"]), "--timeout", "1",
+            "--failures", "2", "--grace", "0"]
+    outs = [subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, PATH=node["path"]), timeout=30)
+            for _ in range(2)]
+    assert all(proc.returncode == 0 for proc in outs), outs
+    return outs[-1].stdout, json.loads(node["state"].read_text())
+
+
+def test_the_restart_names_the_class_of_the_failure_from_the_ranks_journal(node, api):
+    api.mode = "error"
+    out, state = installed_run(node, api, OOM_LOG)
+    event = state["last_event"]
+    assert event["action"] == "restart" and event["failure_class"] == "oom", event
+    assert any("CUDA out of memory" in line for line in event["evidence"]), event
+    assert event["hint"].startswith("Out of memory: lower gpu_memory_utilization")
+    assert "<3>what vllmops-vllm logged since it started: oom - Out of memory" in out
+    # the current run's journal only (its invocation), read before the restart
+    assert "_SYSTEMD_INVOCATION_ID=abc" in Path(f"{node['calls']}.journalctl").read_text()
+
+
+def test_a_server_that_logs_nothing_since_it_started_is_named_a_hang(node, api):
+    api.mode = "hang"
+    _out, state = installed_run(node, api, SILENT_LOG)
+    assert state["last_event"]["failure_class"] == "hang", state["last_event"]
+    assert state["last_event"]["hint"].startswith("vLLM stopped answering without logging a cause")
+
+
+def test_without_the_classifier_beside_it_the_watchdog_acts_the_same(node, api):
+    api.mode = "error"
+    for _ in range(2):
+        _out, state = watchdog_run(node, api)
+    assert state["last_event"]["action"] == "restart" and "failure_class" not in state["last_event"]
