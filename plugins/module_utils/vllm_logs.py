@@ -81,68 +81,76 @@ FAILURE_CLASSES = (*HINTS, "hang", "unknown", "none")
 
 # (class, pattern). Several patterns per class; their order does not decide anything.
 SIGNATURES = [
-    ("unknown_flag", r"error: unrecognized arguments?:|error: argument --?[\w-]+: (invalid|expected)|"
-                     r": error: the following arguments are required|error: ambiguous option: --" + r"|error: argument --?[\w-]+(/-\w+)?: "),
-    ("removed_option", r"TypeError: .*got an unexpected keyword argument '\w+'" + r"|__init__\(\) got an unexpected keyword argument '\w+'"),
+    ("unknown_flag", r"error: unrecognized arguments?:|error: argument --?[\w-]+(/-\w+)?: |"
+                     r": error: the following arguments are required|error: ambiguous option: --"),
+    ("removed_option", r"TypeError: .*got an unexpected keyword argument '\w+'|"
+                       r"__init__\(\) got an unexpected keyword argument '\w+'"),
     ("model_unauthorized", r"GatedRepoError|Cannot access gated repo|You are trying to access a gated repo|"
                            r"Access to model \S+ is restricted|is gated\. You must be authenticated|"
                            r"403 Client Error|Invalid credentials in Authorization header|"
-                           r"401 Client Error: Unauthorized for url: https://huggingface\.co|"
-                           r"not in the authorized list" + r"|HTTPError: 401 Client Error|401 Client Error: Unauthorized"),
+                           r"401 Client Error: Unauthorized|HTTPError: 401 Client Error|not in the authorized list"),
     ("model_not_found", r"Can't load the configuration of|does not appear to have a file named config\.json|"
                         r"(No such file or directory|FileNotFoundError).*(config\.json|/models?/)|"
                         r"Repository Not Found for url|RepositoryNotFoundError|RevisionNotFoundError|Invalid rev id|"
                         r"is not a local folder and is not a valid model identifier|\(invalid repository id\)|"
-                        r"Repo id must (be in the form|use alphanumeric)|404 Client Error.*huggingface\.co" + r"|Invalid repository ID or local directory specified|No supported config format found in" + r"|Could not detect config format for no config file found" + r"|The request model: \S+ does not exist"),
+                        r"Repo id must (be in the form|use alphanumeric)|404 Client Error.*huggingface\.co|"
+                        r"Invalid repository ID or local directory specified|No supported config format found in|"
+                        r"Could not detect config format for no config file found|The request model: \S+ does not exist"),
     ("unsupported_architecture", r"Model architectures? \[.*\] (are|is) not supported|Unsupported architectures?:|"
-                                 r"Cannot find model module.*architectures|No model architectures are specified"
-                                 + r"|Error in inspecting model architecture|failed to be inspected|"
-                                 r"CONFIG_MAPPING\[config_dict\[\"model_type\"\]\]|Transformers does not recognize this architecture|"
+                                 r"Cannot find model module.*architectures|No model architectures are specified|"
+                                 r"Error in inspecting model architecture|failed to be inspected|"
+                                 r"CONFIG_MAPPING\[config_dict\[\"model_type\"\]\]|"
+                                 r"Transformers does not recognize this architecture|"
                                  r"GGUF model with architecture \S+ is not supported"),
     ("port_in_use", r"Address already in use|address already in use|error while attempting to bind on address|"
                     r"\[Errno (98|48)\]|EADDRINUSE"),
-    ("oom", r"CUDA out of memory|OutOfMemoryError|NV_ERR_NO_MEMORY|out of memory: Killed process|oom-kill|"
-            r"Killed process \d+ \(.*\) total-vm" + r"|running low on memory|ray-oom-prevention" + r"|CUDA error: out of memory"),
+    ("oom", r"CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|NV_ERR_NO_MEMORY|"
+            r"out of memory: Killed process|oom-kill|Killed process \d+ \(.*\) total-vm|"
+            r"running low on memory|ray-oom-prevention"),
     ("kv_cache_too_small", r"No available memory for the cache blocks|Insufficient memory for KV cache|"
                            r"larger than the maximum number of tokens that can be stored in KV cache|"
-                           r"larger than the available KV cache memory"
-                           + r"|reserved for KV Cache is -\d|# (cuda|GPU) blocks: 0\b|"
-                           r"Maximum concurrency for \d+ tokens per request: 0\.00x" + r"|Available KV cache memory: -\d"),
+                           r"larger than the available KV cache memory|reserved for KV Cache is -\d|"
+                           r"Available KV cache memory: -\d|# (cuda|GPU) blocks: 0\b|"
+                           r"Maximum concurrency for \d+ tokens per request: 0\.00x"),
     ("gpu_unavailable", r"No CUDA GPUs are available|Failed to infer device type|CUDA driver initialization failed|"
                         r"RuntimeError: Found no NVIDIA driver|torch\.cuda\.is_available\(\) (is|returned) False|"
                         r"cudaErrorNoDevice|no CUDA-capable device is detected|"
                         r"No platform detected, vLLM is running on UnspecifiedPlatform"),
     ("container_toolkit", r"could not select device driver|unresolvable CDI devices|CDI device injection failed|"
                           r"nvidia-container-cli: .*error|Failed to initialize NVML: Unknown Error|"
-                          r"unknown or invalid runtime name: nvidia|libnvidia-ml\.so\.1: cannot open shared object" + r"|error running prestart hook"),
+                          r"unknown or invalid runtime name: nvidia|libnvidia-ml\.so\.1: cannot open shared object|"
+                          r"error running prestart hook"),
     ("gpu_driver", r"(?i:driver/library version mismatch)|couldn't communicate with the NVIDIA driver|"
                    r"CUDA driver version is insufficient|NVIDIA driver on your system is too old|"
-                   r"Failed to initialize NVML: Driver Not Loaded|NVRM: API mismatch"
-                   + r"|Error 80[34]: system has unsupported display driver|cudaErrorUnsupportedPtxVersion|"
+                   r"Failed to initialize NVML: Driver Not Loaded|NVRM: API mismatch|"
+                   r"Error 80[34]: system has unsupported display driver|cudaErrorUnsupportedPtxVersion|"
                    r"provided PTX was compiled with an unsupported toolchain|please update your driver to a newer version"),
-    ("nccl_failure", r"Watchdog caught collective operation timeout|NCCL WARN .*([Tt]imeout|[Ff]ailed|[Ee]rror)|"
+    ("nccl_failure", r"Watchdog caught collective operation timeout|NCCL WARN .*([Tt]imeout|[Ff]ail|[Ee]rror)|"
                      r"NCCL [Ee]rror|ncclSystemError|ncclInternalError|ncclUnhandledCudaError|ncclRemoteError|"
                      r"DistBackendError|connectFullMesh|NCCL communicator was aborted|"
                      r"NET/Socket : (Connect|connect) to .* failed|NCCL_IB.*(not found|failed)|"
-                     r"ProcessGroupNCCL.*collective operation timeout"
-                     + r"|Application timeout caused pair closure|gloo/transport/tcp/\S+\] (Timed out|Connection)" + r"|NCCL WARN .*[Ff]ailure"),
+                     r"ProcessGroupNCCL.*collective operation timeout|Application timeout caused pair closure|"
+                     r"gloo/transport/tcp/\S+\] (Timed out|Connection)"),
     ("rendezvous_timeout", r"DistStoreError: (Timed out after \d+ seconds waiting for|wait timeout)|"
                            r"client socket has timed out after \S+ while trying to connect to|"
-                           r"TCPStore.*(timed out|Timed out)" + r"|next\(rendezvous_iterator\)" + r"|\[c10d\] waitForInput: socket .* timed out after"),
+                           r"TCPStore.*(timed out|Timed out)|next\(rendezvous_iterator\)|"
+                           r"\[c10d\] waitForInput: socket .* timed out after"),
     ("ray_placement", r"No available node types can fulfill resource request|"
                       r"The number of required GPUs exceeds the total number of available GPUs|"
                       r"Waiting for creating a placement group|placement group.*(infeasible|timed out)|"
-                      r"Tensor parallel size \(\d+\) cannot be larger than the number of available GPUs"
-                      + r"|Ray does not allocate any GPUs on the driver node|Current node has no GPU available" + r"|Total available GPUs [\d.]+ is less than total desired GPUs"),
+                      r"Tensor parallel size \(\d+\) cannot be larger than the number of available GPUs|"
+                      r"Ray does not allocate any GPUs on the driver node|Current node has no GPU available|"
+                      r"Total available GPUs [\d.]+ is less than total desired GPUs"),
     ("ray_gcs", r"Failed to connect to GCS|Failed to get cluster ID from GCS|Failed to start GCS|GCS may have been killed|"
                 r"has been marked dead because the detector has missed too many heartbeats|"
-                r"(Failed|Unable) to register (worker|the node|node)|Could not connect to the head node" + r"|Can't find a .node_ip_address\.json. file" + r"|Waiting for nodes to start\.\.\. \d+/\d+ nodes started"),
+                r"(Failed|Unable) to register (worker|the node|node)|Could not connect to the head node|"
+                r"Can't find a .node_ip_address\.json. file|Waiting for nodes to start\.\.\. \d+/\d+ nodes started"),
     ("engine_dead", r"EngineDeadError|EngineCore encountered a fatal error|Engine core proc \S+ died unexpectedly|"
                     r"Engine core initialization failed|Worker proc \S+ died unexpectedly|Worker failed with error|"
                     r"Got fatal signal from worker processes|Scheduler hit an exception|EngineCore failed to start|"
-                    r"WorkerProc (failed to start|hit an exception)"
-                    + r"|MQLLMEngine is already dead|No available shared memory broadcast block found|"
-                    r"CUDA error: an illegal memory access was encountered" + r"|shm_broadcast\.py\", line \d+, in acquire_read"),
+                    r"WorkerProc (failed to start|hit an exception)|MQLLMEngine is already dead|"
+                    r"No available shared memory broadcast block found|shm_broadcast\.py\", line \d+, in acquire_read|"
+                    r"CUDA error: an illegal memory access was encountered"),
 ]
 _COMPILED = [(cls, re.compile(pattern)) for cls, pattern in SIGNATURES]
 # Lines that look like a signature but are something else: a CUDA kernel fault reported by NCCL's watchdog thread.

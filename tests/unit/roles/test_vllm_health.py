@@ -250,7 +250,7 @@ OOM_LOG = """INFO 12-05 10:00:01 [api_server.py:1090] Starting vLLM API server 0
 INFO:     Application startup complete.
 INFO:     127.0.0.1:40000 - "POST /v1/completions HTTP/1.1" 200 OK
 ERROR 12-05 10:20:13 [core.py:700] EngineCore encountered a fatal error.
-ERROR 12-05 10:20:13 [core.py:700] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 119.70 GiB of which 1.06 GiB is free.
+ERROR 12-05 10:20:13 [core.py:700] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.
 """
 SILENT_LOG = """INFO 12-05 10:00:01 [api_server.py:1090] Starting vLLM API server 0 on http://0.0.0.0:8001
 INFO:     Application startup complete.

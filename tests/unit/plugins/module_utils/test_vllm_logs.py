@@ -96,3 +96,34 @@ def test_a_model_missing_on_a_ray_worker_is_the_workers():
     line = "Can't load the configuration of '/models/m'. Make sure '/models/m' is the correct path"
     assert classify([line], exited=True)[0] == "model_not_found"
     assert classify([f"(RayWorkerWrapper pid=344, ip=10.2.30.130) ERROR {line}"], exited=True)[0] == "worker_model_missing"
+
+
+@pytest.mark.parametrize("sign", [
+    "(APIServer pid=1) INFO 12-05 10:00:00 [launcher.py:46] Route: /v1/chat/completions, Methods: POST",
+    "INFO 12-05 10:00:00 [launcher.py:37] Available routes are:",
+    "INFO:     Started server process [12625]",
+    "INFO 12-05 10:00:10 [metrics.py:486] Avg prompt throughput: 2.4 tokens/s, Avg generation throughput: 0.2 tokens/s, "
+    "Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs",
+])
+def test_any_positive_sign_of_a_started_server_is_a_healthy_start(sign):
+    """Routes listed, the server process started, requests running: a server that started, though the log is cut
+    before "Application startup complete"."""
+    lines = ["INFO 12-05 09:59:00 [api_server.py:1090] vLLM API server version 0.11.0",
+             "WARNING 12-05 09:59:30 [sampling.py:10] Default sampling parameters have been overridden", sign]
+    assert classify(lines, exited=None)[0] == "none"
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("(EngineCore_DP0 pid=395) WARNING 10-24 11:23:57 [shm_broadcast.py:466] No available shared memory broadcast "
+     "block found in 60 second.", "engine_dead"),
+    ("ERROR 02-27 20:44:06 parallel_state.py:1101] Error ignored in is_in_the_same_node: [../third_party/gloo/gloo/"
+     "transport/tcp/unbound_buffer.cc:133] Timed out waiting 1800000ms for send operation to complete", "nccl_failure"),
+    ("(APIServer pid=1) pydantic_core._pydantic_core.ValidationError: 1 validation error for ModelConfig\n"
+     "  Value error, Model architectures ['Qwen3NextForCausalLM'] failed to be inspected.", "unsupported_architecture"),
+    ("ValueError: Invalid repository ID or local directory specified: '/root/models/x'.", "model_not_found"),
+    ("RuntimeError: Worker failed with error 'CUDA error: out of memory'", "oom"),
+])
+def test_the_families_a_frozen_classifier_missed_most(line, expected):
+    """The weakest families measured on logs the classifier had never seen (issue 42): unsupported architectures
+    in pydantic's wording, store and Gloo timeouts, shared-memory broadcast timeouts, invalid repo ids or paths."""
+    assert classify(line.splitlines(), exited=True)[0] == expected
