@@ -159,6 +159,7 @@ def diagnose(lines: list[str]) -> dict:
     cls, evidence, hint = vllm_logs.classify(lines, exited=False)
     if cls == "none":  # a healthy start and nothing since: the silence is the failure the checks saw
         cls, hint = "hang", SILENT_HINT
+        evidence = [line for line in lines if line.strip()][-3:]  # the last it said
     return {"failure_class": cls, "evidence": evidence[-3:], "hint": hint}
 
 

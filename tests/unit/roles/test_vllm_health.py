@@ -294,6 +294,7 @@ def test_a_server_that_logs_nothing_since_it_started_is_named_a_hang(node, api):
     _out, state = installed_run(node, api, SILENT_LOG)
     assert state["last_event"]["failure_class"] == "hang", state["last_event"]
     assert state["last_event"]["hint"].startswith("vLLM stopped answering without logging a cause")
+    assert state["last_event"]["evidence"][-1].endswith('"POST /v1/completions HTTP/1.1" 200 OK')  # the last it said
 
 
 def test_without_the_classifier_beside_it_the_watchdog_acts_the_same(node, api):
