@@ -318,7 +318,7 @@ def _health(health: dict | None) -> tuple[list[str], list[str]]:
     if event:
         after = f"; served again {event['recovered_after_s']:g} s later" if event.get("recovered_after_s") is not None else ""
         why = f"; the rank's log: {event['failure_class']}" if event.get("failure_class") else ""
-        lines.append(f"last event {event.get('time', '?')}: saw {event.get('saw', '?')}; did {event.get('did', '?')}{why}{after}")
+        lines.append(f"last event {event.get('time', '?')}: saw {event.get('saw', '?')}; did {event.get('did', '?')}{after}{why}")
         if event.get("action") == "held" and check.get("ok") is False:
             problems.append(f"the head watchdog reached its restart limit ({event.get('restarts_in_window', '?')} in its "
                             "window) and no longer restarts vLLM")

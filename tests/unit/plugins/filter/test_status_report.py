@@ -208,6 +208,12 @@ def watchdog(record, timer="active"):
         "head watchdog vllmops-vllm-health: timer active; last check -: none yet",
         "last event: none (no restart so far)",
     ], [], id="just installed, no check yet"),
+    pytest.param(watchdog({**RESTARTED, "last_event": {**RESTARTED["last_event"], "failure_class": "oom"}}), [
+        "head watchdog vllmops-vllm-health: timer active; last check 2027-01-15T08:02:00Z: ok (0.04 s)",
+        "last event 2027-01-15T08:00:30Z: saw 3 failed checks in a row since 2027-01-15T08:00:10Z: completion: no answer "
+        "within 10 s; /health: 200; did restarted vllmops-vllm (rank 0); the other ranks follow; served again 41.5 s later; "
+        "the rank's log: oom",
+    ], [], id="the class the watchdog named from the rank's log"),
     pytest.param(watchdog(HELD), [
         "head watchdog vllmops-vllm-health: timer active; last check 2027-01-15T09:00:00Z: FAILED: completion: HTTP 500; "
         "/health: 503",
