@@ -42,6 +42,8 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# No __pycache__ beside it: /etc/vllmops holds only what the deploy wrote (its record compares every file there).
+sys.dont_write_bytecode = True
 try:
     import vllm_logs  # the collection's plugins/module_utils/vllm_logs.py, installed beside this script
 except ImportError:  # an older install without it: the watchdog acts the same, without naming the class

@@ -287,6 +287,8 @@ def test_the_restart_names_the_class_of_the_failure_from_the_ranks_journal(node,
     assert "<3>what vllmops-vllm logged since it started: oom - Out of memory" in out
     # the current run's journal only (its invocation), read before the restart
     assert "_SYSTEMD_INVOCATION_ID=abc" in Path(f"{node['calls']}.journalctl").read_text()
+    # nothing written beside the script (a __pycache__ in /etc/vllmops would be drift to every deploy's check)
+    assert sorted(path.name for path in (node["state"].parent / "etc").iterdir()) == ["vllm_health.py", "vllm_logs.py"]
 
 
 def test_a_server_that_logs_nothing_since_it_started_is_named_a_hang(node, api):
