@@ -7,9 +7,10 @@ the results directory. Pure functions (the plot is the module's)."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
+
+from ansible_collections.vllmops.cluster.plugins.module_utils.json_file import read_documents
 
 SCHEMA = "vllmops.benchmark/1"
 
@@ -93,27 +94,11 @@ def file_stem(stamp: dict) -> str:
 
 def previous(directory: str, exclude: str = "") -> dict | None:
     """The newest earlier result in directory (by its stamp's time), or None."""
-    found = []
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return None
-    for name in names:
-        path = os.path.join(directory, name)
-        if not name.endswith(".json") or path == exclude:
-            continue
-        try:
-            with open(path, encoding="utf-8") as handle:
-                document = json.load(handle)
-        except (OSError, ValueError):
-            continue
-        if isinstance(document, dict) and document.get("schema") == SCHEMA:
-            found.append((document["stamp"].get("time", ""), path, document))
+    found = read_documents(directory, SCHEMA, exclude=exclude)
     if not found:
         return None
-    newest = max(found, key=lambda item: item[0])
-    document = newest[2]
-    document["path"] = newest[1]
+    path, document = max(found, key=lambda item: (item[1]["stamp"].get("time", ""), item[0]))
+    document["path"] = path
     return document
 
 

@@ -1,6 +1,7 @@
 # Copyright: vllmops.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""A JSON file written whole or not at all: the records, caches, manifests and progress reports of the modules."""
+"""A JSON file written whole or not at all: the records, caches, manifests and progress reports of the modules;
+and the documents of one schema kept in a directory (the benchmark's and the bandwidth check's results)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,25 @@ def write_json(path, data, mode=0o644, **dump_options):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(partial)
         raise
+
+
+def read_documents(directory, schema, suffix=".json", exclude=""):
+    """[(path, document)] of every file in directory named *suffix whose JSON object has that `schema`; files that
+    are not JSON, or another schema's, are skipped; none when the directory does not exist."""
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return []
+    found = []
+    for name in names:
+        path = os.path.join(directory, name)
+        if not name.endswith(suffix) or path == exclude:
+            continue
+        try:
+            with open(path, encoding="utf-8") as handle:
+                document = json.load(handle)
+        except (OSError, ValueError):
+            continue
+        if isinstance(document, dict) and document.get("schema") == schema:
+            found.append((path, document))
+    return found

@@ -177,17 +177,16 @@ def ipv4_mapped_gid(address: str) -> str:
     return packed
 
 
+def _roce_v2(gid: dict) -> bool:
+    return (gid["type"] or "").lower().startswith("roce v2")
+
+
 def roce_v2_ipv4_index(port: dict, address: str, netdev: str) -> int | None:
     wanted = ipv4_mapped_gid(address)
     for gid in port["gids"]:
-        if (gid["type"] or "").lower().startswith("roce v2") and \
-                ipaddress.IPv6Address(gid["gid"]).exploded == wanted and gid["ndev"] in (None, netdev):
+        if _roce_v2(gid) and ipaddress.IPv6Address(gid["gid"]).exploded == wanted and gid["ndev"] in (None, netdev):
             return gid["index"]
     return None
-
-
-def _roce_v2(gid: dict) -> bool:
-    return (gid["type"] or "").lower().startswith("roce v2")
 
 
 def _nccl_older_than_auto_gid(nccl_version: str | None) -> bool:

@@ -10,9 +10,10 @@ against the slowest member's link speed (sysfs, or network_check_link_mbps).
 
 from __future__ import annotations
 
-import json
 import os
 import re
+
+from ansible_collections.vllmops.cluster.plugins.module_utils.json_file import read_documents
 
 SCHEMA = "vllmops.network-check/1"
 
@@ -69,22 +70,7 @@ def file_stem(time: str) -> str:
 
 def earlier(directory: str, exclude: str = "") -> list[dict]:
     """The earlier checks kept in directory, oldest first."""
-    found = []
-    try:
-        names = sorted(os.listdir(directory))
-    except FileNotFoundError:
-        return []
-    for name in names:
-        path = os.path.join(directory, name)
-        if not name.endswith("-network.json") or path == exclude:
-            continue
-        try:
-            with open(path, encoding="utf-8") as handle:
-                document = json.load(handle)
-        except (OSError, ValueError):
-            continue
-        if isinstance(document, dict) and document.get("schema") == SCHEMA:
-            found.append(dict(document, path=path))
+    found = [dict(document, path=path) for path, document in read_documents(directory, SCHEMA, "-network.json", exclude)]
     return sorted(found, key=lambda document: document["stamp"].get("time", ""))
 
 
