@@ -62,10 +62,10 @@ import json
 from pathlib import Path
 
 COLLECTION = Path(__file__).resolve().parents[2]
-CONTENT = ("roles", "plugins", "playbooks", "meta")
+CONTENT = ("roles", "plugins", "playbooks", "meta", "recipes")
 CONNECTION = ("ansible_host", "ansible_port", "ansible_user")
 # Switches of the run itself, not of what it deploys: names, and name prefixes (a role that only measures).
-RUN_SWITCHES = ("vllmops_fast_rerun", "network_check")
+RUN_SWITCHES = ("vllmops_fast_rerun", "network_check", "vllm_serve_restart")
 RUN_SWITCH_PREFIXES = ("network_check_",)
 _content_digest = None
 

@@ -24,7 +24,9 @@ description:
     C(__editable__) finders and .pth files, C(setup.py develop) egg-links), and as a last resort a checkout under
     C(/opt), C(/workspace), C(/app) - parsing these files, never running them.
   - Optionally validates C(vllm serve) flags and model architectures against the image, with close-match
-    suggestions for unknown flags.
+    suggestions for unknown flags; also the names given to C(tool_call_parser) and C(reasoning_parser) against the
+    parsers the image's vLLM registers, a C(chat_template) given as a path against the image's files, and the
+    image's vLLM version against O(min_vllm_version).
   - Refuses (with O(fail_on_invalid)) an image built for another CPU architecture than the host's, for example
     arm64 on an amd64 host or amd64 on an arm64 DGX Spark, whose containers would die with C(exec format error);
     the message names both architectures and what to do. An image that does not say its architecture is not refused.
@@ -40,14 +42,29 @@ options:
       - "C(vllm serve) arguments to validate: a list of argv strings such as C([--tensor-parallel-size, '2']),
         or a mapping written like group_vars such as C({tensor_parallel_size: 2, enable_prefix_caching: true})."
       - A mapping is turned into argv exactly as the P(vllmops.cluster.vllm_cli_args#filter) filter does.
+      - A C(tool_call_parser) or C(reasoning_parser) (any spelling of the key) must be a parser the image's vLLM
+        registers, unless C(tool_parser_plugin) (respectively C(reasoning_parser_plugin)) is given too, which may
+        register more at startup. Names are not refused when the probe could not read the registered ones
+        (RV(vllm.parsers_known)).
+      - A C(chat_template) that is a path (no brace or newline in it) must be a file in the image (a relative
+        path is taken from the image's working directory), one of vLLM's built-in templates, or a file on this host
+        (reported in RV(validation.notes), as the container sees it only through a mount); otherwise the closest
+        C(.jinja) file beside it is suggested.
     type: raw
   model_architectures:
     description: Architectures from the model's C(config.json) (its C(architectures) list) to check.
     type: list
     elements: str
+  min_vllm_version:
+    description:
+      - The oldest vLLM version that serves the recipe (its C(vllm.min_version)), such as C(0.11.1) or C(0.11.1rc2).
+      - An image whose vLLM is older fails validation. Versions compare as PEP 440 orders them (C(0.11.1rc2) before
+        C(0.11.1), C(0.6.3) before C(0.6.3.post1)), a local part such as C(+cpu) aside.
+    type: str
   fail_on_invalid:
     description:
-      - Fail, with one paragraph naming each problem, when a flag or a model architecture is not supported, and
+      - Fail, with one paragraph naming each problem, when a flag, a parser name, a chat template, a model
+        architecture or the vLLM version is not supported, and
         fail when the image is built for another CPU architecture than the host's (also without O(flags)).
       - C(false) only reports (RV(validation), RV(image.architecture_mismatch)) and warns.
     type: bool
@@ -84,6 +101,15 @@ EXAMPLES = r"""
       enable_prefix_caching: true
       max_model_len: 32768
     model_architectures: "{{ (lookup('file', model_dir ~ '/config.json') | from_json).architectures }}"
+
+- name: Refuse a misspelled tool-call parser and an image older than the recipe wants
+  vllmops.cluster.image_probe:
+    image: "{{ vllm_image }}"
+    flags:
+      tool_call_parser: qwen3_coder
+      enable_auto_tool_choice: true
+      reasoning_parser: qwen3
+    min_vllm_version: "0.17.0"
 
 - name: Only report (an image of another CPU architecture too)
   vllmops.cluster.image_probe:
@@ -129,6 +155,9 @@ image:
       description: Entrypoint.
       type: list
       elements: str
+    working_dir:
+      description: The working directory the image's containers start in (its C(Config.WorkingDir)), C(/) when unset.
+      type: str
     cmd:
       description: Default command.
       type: list
@@ -235,6 +264,22 @@ vllm:
       description: Sorted model architecture names the model registry knows.
       type: list
       elements: str
+    tool_parsers:
+      description: Sorted names C(--tool-call-parser) accepts (what vLLM's C(ToolParserManager) registers).
+      type: list
+      elements: str
+      sample: [hermes, llama3_json, mistral, qwen3_coder]
+    reasoning_parsers:
+      description: Sorted names C(--reasoning-parser) accepts; empty for a vLLM without reasoning parsers.
+      type: list
+      elements: str
+      sample: [deepseek_r1, qwen3]
+    parsers_known:
+      description:
+        - C(tool) and C(reasoning), each false when the probe could not read that kind's registrations from the
+          source (its list is then empty and names are not refused).
+      type: dict
+      sample: {tool: true, reasoning: true}
     multinode:
       description: Multi-node modes, C(ray) (Ray executor), C(native) (C(--nnodes), C(--node-rank), C(--master-addr), C(--headless)), C(data_parallel).
       type: dict
@@ -306,12 +351,12 @@ nccl:
       description: The system library (C(version), C(path), C(found_by)) also when pip's is the one loaded; or null.
       type: dict
 validation:
-  description: The result of checking O(flags) and O(model_architectures).
-  returned: when flags or model_architectures are given
+  description: The result of checking O(flags), O(model_architectures) and O(min_vllm_version).
+  returned: when flags, model_architectures or min_vllm_version are given
   type: dict
   contains:
     ok:
-      description: True when every flag and architecture is supported.
+      description: True when nothing is reported in RV(validation.messages).
       type: bool
     argv:
       description: The argv that was checked (a mapping rendered as the filter renders it).
@@ -329,8 +374,28 @@ validation:
       description: Given architectures the registry does not know.
       type: list
       elements: str
+    unknown_parsers:
+      description:
+        - Each parser name the image's vLLM does not register, as C(option) (C(tool_call_parser) or
+          C(reasoning_parser)), C(name) and C(suggestions) (the closest registered names).
+      type: list
+      elements: dict
+      sample: [{option: tool_call_parser, name: qwen3_codr, suggestions: [qwen3_coder]}]
+    vllm_too_old:
+      description: True when the image's vLLM is older than O(min_vllm_version).
+      type: bool
+    chat_template:
+      description:
+        - The check of a C(chat_template) path, null when none was given - C(value), C(path) (where it was looked
+          for), C(found), C(where) (C(image), C(vllm builtin) or C(host)) and C(suggestions) (C(.jinja) files beside
+          it, when the directory can be listed cheaply, O(backend=overlay2)).
+      type: dict
     messages:
       description: One paragraph per problem.
+      type: list
+      elements: str
+    notes:
+      description: What was not checked and why (a parser plugin given, a version that cannot be compared).
       type: list
       elements: str
 cached:
@@ -352,6 +417,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule, env_fallback
 from ansible_collections.vllmops.cluster.plugins.module_utils.docker_api import DEFAULT_HOST, DockerClient, DockerError
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.chat_template import template_path
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.probe import ProbeError, probe_image
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.summary import architecture_refusal
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.validation import validate
@@ -364,6 +430,7 @@ def main():
             image=dict(type="str", required=True),
             flags=dict(type="raw"),
             model_architectures=dict(type="list", elements="str"),
+            min_vllm_version=dict(type="str"),
             fail_on_invalid=dict(type="bool", default=True),
             use_cache=dict(type="bool", default=True),
             backend=dict(type="str", default="auto", choices=["auto", "overlay2", "container"]),
@@ -374,9 +441,11 @@ def main():
     params = module.params
     try:
         docker = DockerClient(params["docker_host"])
-        result = probe_image(docker, params["image"], use_cache=params["use_cache"], backend=params["backend"])
-        if params["flags"] is not None or params["model_architectures"]:
-            result["validation"] = validate(result, params["flags"], params["model_architectures"])
+        result = probe_image(docker, params["image"], use_cache=params["use_cache"], backend=params["backend"],
+                             chat_template=template_path(params["flags"]))
+        if params["flags"] is not None or params["model_architectures"] or params["min_vllm_version"]:
+            result["validation"] = validate(result, params["flags"], params["model_architectures"],
+                                            params["min_vllm_version"])
     except (ProbeError, CliArgsError, DockerError) as err:
         module.fail_json(msg=f"probing image {params['image']}: {err}")
     except Exception as err:  # an image laid out in a way the probe did not expect

@@ -29,6 +29,22 @@ options:
   served_model_name:
     description: The name C(/v1/models) must list; the completion asks for it.
     type: str
+  task:
+    description:
+      - C(generate) asks for a completion; C(embed) (an embedding model, which serves no completions) for one
+        embedding, a list of numbers.
+    type: str
+    choices: [generate, embed]
+    default: generate
+  tools:
+    description:
+      - Also send one chat request with a tool (C(tool_choice) C(auto)), as a client with tools does, once the
+        completion answered. The server must accept it and answer in the protocol's shape - a message with text or
+        tool calls (functions with a name and string arguments). A refusal or another shape fails at once with
+        C(failure_class) C(tool_calling), the server's answer as evidence.
+      - For a server started with a tool-call parser.
+    type: bool
+    default: false
   api_key:
     description: The API key, sent as C(Authorization) C(Bearer KEY) on every request but C(/health).
     type: str
@@ -119,6 +135,7 @@ failure_class:
     - C(ray_placement) Ray lacks the GPUs TP x PP needs; C(ray_gcs) a node cannot reach Ray's GCS or was lost.
     - C(port_in_use) the port is taken; C(engine_dead) vLLM's engine died of a cause not recognised.
     - C(hang) start-up stopped making progress; C(unknown) an error not recognised (its last lines are the evidence).
+    - C(tool_calling) the server answers, but refuses a request with tools or answers it in another shape (O(tools)).
   returned: always
   type: str
 evidence:
@@ -145,10 +162,21 @@ import contextlib
 import json
 import os
 import time
+from urllib.error import HTTPError
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.urls import open_url
+from ansible_collections.vllmops.cluster.plugins.module_utils.api_checks import (
+    TOOL_HINT,
+    embedding_reply_problem,
+    tool_reply_problem,
+    tool_request,
+)
 from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_logs import HANG_HINT, classify
+
+
+class Refused(Exception):
+    """The server answers, and refuses what a client asks: no waiting cures it."""
 
 
 def unit_state(module, unit):
@@ -182,12 +210,37 @@ def answers(module, params):
         names = [model.get("id") for model in models.get("data", [])]
         if params["served_model_name"] and params["served_model_name"] not in names:
             return False, f"/v1/models lists {names}, not {params['served_model_name']}"
-        body = json.dumps({"model": params["served_model_name"] or names[0], "prompt": "Hello", "max_tokens": 4})
+        model = params["served_model_name"] or names[0]
+        post = dict(headers, **{"Content-Type": "application/json"})
+        if params["task"] == "embed":
+            done = json.loads(open_url(params["url"] + "/v1/embeddings", data=json.dumps({"model": model, "input": "Hello"}),
+                                       method="POST", timeout=120, headers=post, **tls).read())
+            problem = embedding_reply_problem(done)
+            return not problem, problem
+        body = json.dumps({"model": model, "prompt": "Hello", "max_tokens": 4})
         done = json.loads(open_url(params["url"] + "/v1/completions", data=body, method="POST", timeout=120,
-                                   headers=dict(headers, **{"Content-Type": "application/json"}), **tls).read())
-        return bool(done.get("choices")), "completion without choices"
+                                   headers=post, **tls).read())
+        if not done.get("choices"):
+            return False, "completion without choices"
     except Exception as err:  # any failure means: not ready yet
         return False, str(err)
+    if params["tools"]:
+        tool_answer(params["url"], post, tls, model)
+    return True, ""
+
+
+def tool_answer(url, headers, tls, model):
+    """One chat request with a tool; Refused when the server rejects it or answers in another shape."""
+    try:
+        reply = json.loads(open_url(url + "/v1/chat/completions", data=json.dumps(tool_request(model)), method="POST",
+                                    timeout=120, headers=headers, **tls).read())
+    except HTTPError as err:
+        raise Refused(f"HTTP {err.code}: {err.read()[:500].decode(errors='replace')}") from None
+    except ValueError as err:
+        raise Refused(f"the reply is not JSON: {err}") from None
+    problem = tool_reply_problem(reply)
+    if problem:
+        raise Refused(f"{problem}: {json.dumps(reply)[:500]}")
 
 
 def main():
@@ -205,6 +258,8 @@ def main():
             progress_paths=dict(type="list", elements="path", default=[]),
             interval=dict(type="int", default=2),
             log_file=dict(type="path"),
+            task=dict(type="str", default="generate", choices=["generate", "embed"]),
+            tools=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
@@ -227,7 +282,12 @@ def main():
     last_write = newest_write(params["progress_paths"])
     why = "no answer yet"
     while True:
-        ready, why = answers(module, params)
+        try:
+            ready, why = answers(module, params)
+        except Refused as refused:
+            module.fail_json(msg=f"vLLM answers, but not a request with tools: {refused} - {TOOL_HINT}", ready=False,
+                             failure_class="tool_calling", evidence=[str(refused)], hint=TOOL_HINT,
+                             waited=round(time.monotonic() - started, 1), log_tail=journal(module, params["unit"], since)[-20:])
         waited = round(time.monotonic() - started, 1)
         lines = journal(module, params["unit"], since)
         if ready:

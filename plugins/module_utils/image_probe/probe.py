@@ -17,6 +17,7 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.image_files import
     OverlayLayers,
 )
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.cache import cache_dir, read_cache, write_cache
+from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.chat_template import HostFiles, check_chat_template
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.imports import (
     CHECKOUT_BASES,
     is_checkout,
@@ -42,7 +43,7 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.image_probe.vllm_f
 from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_source import VllmSourceError
 
 # Bump when what the probe extracts changes: cached results of older probes are ignored.
-PROBE_VERSION = 4  # 4: packages.grpcio (Ray Client's dependency)
+PROBE_VERSION = 5  # 5: vllm.tool_parsers, reasoning_parsers, parsers_known
 
 
 class ProbeError(Exception):
@@ -126,29 +127,42 @@ def open_image_files(docker: DockerClient, inspect: dict, backend: str = "auto")
 
 
 def probe_image(docker: DockerClient, image: str, use_cache: bool = True, cache_directory: str | None = None,
-                backend: str = "auto") -> dict:
+                backend: str = "auto", chat_template: str | None = None) -> dict:
+    """The probe's result (cached per image); with `chat_template` (a path) also its `chat_template` check, which
+    reads the image each time (it depends on the flags, not only on the image)."""
     inspect = inspect_image(docker, image)
     summary = summarize_image(inspect)
     directory = cache_directory or cache_dir()
     cache_key = summary["content_id"] or summary["id"]
-    if use_cache:
-        cached = read_cache(directory, cache_key, PROBE_VERSION)
-        if cached is not None:
-            return dict(cached, image=summary, cached=True)
-    files, backend = open_image_files(docker, inspect, backend)
+    cached = read_cache(directory, cache_key, PROBE_VERSION) if use_cache else None
+    if cached is not None and chat_template is None:
+        return dict(cached, image=summary, cached=True)
+    files, used_backend = open_image_files(docker, inspect, backend)
+    try:
+        result = cached or _probe(files, inspect, summary, image, used_backend)
+        template = None
+        if chat_template is not None:
+            vllm_dir = (result["vllm"] or {}).get("path")
+            template = check_chat_template(files, chat_template, summary["working_dir"], vllm_dir, HostFiles())
+    except ImageFilesError as err:
+        raise ProbeError(f"reading {image}: {err}") from err
+    finally:
+        files.close()
+    if use_cache and cached is None:
+        write_cache(directory, cache_key, PROBE_VERSION, result)
+    extra = {"chat_template": template} if template is not None else {}
+    return dict(result, image=summary, cached=cached is not None, **extra)
+
+
+def _probe(files, inspect: dict, summary: dict, image: str, backend: str) -> dict:
     try:
         env = env_map((inspect.get("Config") or {}).get("Env"))
         found = probe_files(files, env)
         found.update(native_facts(files, env, (found["python"] or {}).get("site_packages"), found["packages"]))
     except (ImageFilesError, VllmSourceError) as err:
         raise ProbeError(f"reading {image}: {err}") from err
-    finally:
-        files.close()
     if found["vllm"] is not None:
         found["vllm"]["entrypoint"] = entrypoint_kind(summary["entrypoint"], summary["cmd"])
-    result = {"python": found["python"], "vllm": found["vllm"], "packages": found["packages"],
-              "torch": found["torch"], "cuda": found["cuda"], "nccl": found["nccl"],
-              "notes": found["notes"], "backend": backend, "probe_version": PROBE_VERSION}
-    if use_cache:
-        write_cache(directory, cache_key, PROBE_VERSION, result)
-    return dict(result, image=summary, cached=False)
+    return {"python": found["python"], "vllm": found["vllm"], "packages": found["packages"],
+            "torch": found["torch"], "cuda": found["cuda"], "nccl": found["nccl"],
+            "notes": found["notes"], "backend": backend, "probe_version": PROBE_VERSION}

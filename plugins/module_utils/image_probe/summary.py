@@ -74,6 +74,7 @@ def summarize_image(inspect: dict, host_arch: str | None = None) -> dict:
         "created": inspect.get("Created"),
         "entrypoint": config.get("Entrypoint"),
         "cmd": config.get("Cmd"),
+        "working_dir": config.get("WorkingDir") or "/",
         "env": {k: v for k, v in env.items() if k.startswith(_ENV_PREFIXES) or k == "PATH"},
         "network_env": network_settings(env),
         "labels": config.get("Labels") or {},

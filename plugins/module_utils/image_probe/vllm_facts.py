@@ -1,6 +1,6 @@
 # Copyright: vllmops.cluster contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What an image's vLLM supports (flags, model architectures, multi-node modes),
+"""What an image's vLLM supports (flags, model architectures, tool-call and reasoning parsers, multi-node modes),
 read statically from its source through vllm_source."""
 
 from __future__ import annotations
@@ -41,6 +41,12 @@ def probe_vllm(files, site_dir: str, dists: dict) -> dict:
         architectures = source.architectures()
     except VllmSourceError:
         architectures = []
+    parsers, parsers_known = {}, {}
+    for kind, extract in (("tool", source.tool_parsers), ("reasoning", source.reasoning_parsers)):
+        try:
+            parsers[kind], parsers_known[kind] = extract(), True
+        except VllmSourceError:  # unread: validation does not refuse names it could not check
+            parsers[kind], parsers_known[kind] = [], False
     return {
         "version": vllm_version(files, site_dir, dists),
         "path": posixpath.join(site_dir, "vllm"),
@@ -51,6 +57,9 @@ def probe_vllm(files, site_dir: str, dists: dict) -> dict:
         "deprecated_flags": sorted(flags.deprecated),
         "parser_features": source.parser_features(),
         "architectures": architectures,
+        "tool_parsers": parsers["tool"],
+        "reasoning_parsers": parsers["reasoning"],
+        "parsers_known": parsers_known,
         "multinode": multinode,
         "multinode_modes": [mode for mode, ok in multinode.items() if ok],
     }

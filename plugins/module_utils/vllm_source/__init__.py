@@ -5,6 +5,8 @@
 
 * ``serve_flags``: every option string ``vllm serve`` accepts (interpreter).
 * ``architectures``: the keys of the model registry's ``_VLLM_MODELS`` (registry).
+* ``tool_parsers``, ``reasoning_parsers``: the names ``--tool-call-parser``
+  and ``--reasoning-parser`` accept (parsers).
 * ``parser_features``: what the version's FlexibleArgumentParser rewrites
   (underscores, ``-O3``, dotted JSON keys) and whether it allows
   abbreviations (flexible_parser).
@@ -20,7 +22,7 @@ file that does not exist.
 
 from __future__ import annotations
 
-from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_source import flexible_parser, registry
+from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_source import flexible_parser, parsers, registry
 from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_source.field_types import TypeModel
 from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_source.index import SourceIndex, VllmSourceError
 from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_source.interpreter import ServeFlags, serve_flags
@@ -44,6 +46,12 @@ class VllmSource:
 
     def architectures(self) -> list[str]:
         return registry.architectures(self.index)
+
+    def tool_parsers(self) -> list[str]:
+        return parsers.tool_parsers(self.index)
+
+    def reasoning_parsers(self) -> list[str]:
+        return parsers.reasoning_parsers(self.index)
 
     def parser_features(self) -> dict:
         return flexible_parser.parser_features(self.index)

@@ -27,29 +27,29 @@ def architectures(index: SourceIndex) -> list[str]:
                               "cannot tell which architectures this vLLM supports")
     if "_VLLM_MODELS" not in module.assigns:
         raise VllmSourceError("the model registry defines no _VLLM_MODELS table")
-    return sorted(_dict_keys(index, module, module.assigns["_VLLM_MODELS"], 0))
+    return sorted(dict_keys(index, module, module.assigns["_VLLM_MODELS"], 0))
 
 
-def _dict_keys(index: SourceIndex, module: Module, node: ast.AST, depth: int) -> set[str]:
+def dict_keys(index: SourceIndex, module: Module, node: ast.AST, depth: int) -> set[str]:
     keys: set[str] = set()
     if depth > MAX_DEPTH:
         return keys
     if isinstance(node, ast.Dict):
         for key, value in zip(node.keys, node.values, strict=True):
             if key is None:  # **spread
-                keys |= _dict_keys(index, module, value, depth + 1)
+                keys |= dict_keys(index, module, value, depth + 1)
             elif isinstance(key, ast.Constant) and isinstance(key.value, str):
                 keys.add(key.value)
     elif isinstance(node, ast.Name):
         alias = index.alias_expr(module, node.id)
         if alias is not None:
-            keys |= _dict_keys(index, alias[0], alias[1], depth + 1)
+            keys |= dict_keys(index, alias[0], alias[1], depth + 1)
     elif isinstance(node, ast.DictComp) and isinstance(node.key, ast.Name):
         generator = node.generators[0]
         if isinstance(generator.target, ast.Name) and generator.target.id == node.key.id:
             keys |= _iter_strings(index, module, generator.iter, depth + 1)
     elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-        keys |= _dict_keys(index, module, node.left, depth + 1) | _dict_keys(index, module, node.right, depth + 1)
+        keys |= dict_keys(index, module, node.left, depth + 1) | dict_keys(index, module, node.right, depth + 1)
     return keys
 
 

@@ -122,20 +122,24 @@ def _call(url: str, body: dict | None, key: str, deadline: float) -> tuple[int |
     return result.get("status"), result.get("body", b""), result.get("error", "")
 
 
-def probe(url: str, model: str, key: str, deadline: float) -> dict:
-    """One completion of one token; on failure also what /health says (it may well be 200)."""
+def probe(url: str, model: str, key: str, deadline: float, task: str = "generate") -> dict:
+    """One completion of one token (an embedding of an embedding model); on failure also what /health says (it may
+    well be 200)."""
     started = time.monotonic()
-    status, body, error = _call(url + "/v1/completions",
-                                {"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}, key, deadline)
+    if task == "embed":
+        status, body, error = _call(url + "/v1/embeddings", {"model": model, "input": "ping"}, key, deadline)
+    else:
+        status, body, error = _call(url + "/v1/completions",
+                                    {"model": model, "prompt": "ping", "max_tokens": 1, "temperature": 0}, key, deadline)
     took = round(time.monotonic() - started, 3)
     if status == 200 and not error:
         try:
-            choices = json.loads(body.decode()).get("choices")
+            answer = json.loads(body.decode()).get("data" if task == "embed" else "choices")
         except ValueError:
-            choices = None
-        if choices:
+            answer = None
+        if answer:
             return {"ok": True, "took": took}
-        error = "an answer without choices"
+        error = "an answer without " + ("data" if task == "embed" else "choices")
     if status is not None and 400 <= status < 500:
         # The API server answered and refused this request (a key it does not know, a model name it does not
         # serve): a configuration problem that no restart fixes.
@@ -271,6 +275,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", required=True, help="vLLM itself, e.g. http://127.0.0.1:8000")
     parser.add_argument("--model", required=True, help="the served model name")
+    parser.add_argument("--task", default="generate", choices=["generate", "embed"],
+                        help="what to ask: a completion, or an embedding (an embedding model)")
     parser.add_argument("--unit", required=True, help="vLLM's systemd unit on this node")
     parser.add_argument("--mode", default="mp-single", help="the plan's mode: ray, mp-multinode or mp-single")
     parser.add_argument("--env-file", default="", help="vLLM's environment file (VLLM_API_KEY is read from it)")
@@ -291,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     unit = read_unit(args.unit)
     result = None
     if unit["active"] == "active":
-        result = probe(args.url.rstrip("/"), args.model, read_api_key(args.env_file), args.timeout)
+        result = probe(args.url.rstrip("/"), args.model, read_api_key(args.env_file), args.timeout, args.task)
     now = time.time()
     state, action, lines = decide(state, unit, result, now, cfg)
     event = state.get("last_event") or {}

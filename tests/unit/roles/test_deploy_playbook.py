@@ -55,12 +55,17 @@ def _check_task():
     ({"model_hub_repo": "org/name", "model_hub_revision": "main", "model_source": "node"}, ""),
     ({"model_hub_revision": "main"}, ""),  # no repository: the model does not come from the hub
     ({}, ""),
+    # a recipe's model (vllmops_recipe), unless the inventory names another
+    ({"vllmops_recipe_facts": {"model": {"repo": "org/name", "revision": "main"}}}, "main"),
+    ({"vllmops_recipe_facts": {"model": {"repo": "org/name", "revision": "main"}}, "model_hub_revision": "abc"}, "abc"),
 ])
 def test_the_comparison_is_given_the_hub_revision_of_a_model_from_the_hub(variables, passed):
     """A branch of the hub is resolved on every full run (roles/model/README.md): the comparison must see it to
     send the run down the full path (issue 38)."""
     expression = _check_task()["model_hub_revision"]
-    assert jinja2.Environment().from_string(expression).render(**variables).strip() == passed
+    variables = {"vllmops_recipe_facts": {}, **variables}
+    # Chainable like Ansible's: a recipe without a model section defaults as a missing one does.
+    assert jinja2.Environment(undefined=jinja2.ChainableUndefined).from_string(expression).render(**variables).strip() == passed
 
 
 def _index(predicate):

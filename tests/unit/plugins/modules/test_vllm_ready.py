@@ -8,12 +8,13 @@ import datetime
 import http.server
 import ipaddress
 import json
+import re
 import os
 import ssl
 import threading
 
 import pytest
-from ansible_collections.vllmops.cluster.plugins.modules.vllm_ready import answers, newest_write
+from ansible_collections.vllmops.cluster.plugins.modules.vllm_ready import Refused, answers, newest_write
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -73,6 +74,12 @@ def proxy(pki):
             elif self.path == "/v1/completions":
                 assert json.loads(body)["model"] == "tiny"
                 payload, status = json.dumps({"choices": [{"text": "hi"}]}).encode(), 200
+            elif self.path == "/v1/chat/completions":
+                request = json.loads(body)
+                assert request["tools"][0]["function"]["name"] and request["tool_choice"] == "auto"
+                payload, status = json.dumps(CHAT["reply"]).encode(), CHAT["status"]
+            elif self.path == "/v1/embeddings":
+                payload, status = json.dumps({"data": [{"embedding": [0.1, -0.2]}]}).encode(), 200
             else:
                 payload, status = b"{}", 200
             self.send_response(status)
@@ -98,13 +105,50 @@ def proxy(pki):
 
 def params(url, **overrides):
     return {"url": url, "api_key": KEY, "served_model_name": "tiny", "ca_path": None, "validate_certs": True,
-            **overrides}
+            "task": "generate", "tools": False, **overrides}
+
+
+# What the fake server answers a chat request with tools.
+CHAT = {"status": 200, "reply": {}}
 
 
 def test_ready_through_the_proxy_with_its_ca_and_the_key_on_every_route_but_health(proxy, pki):
     url, seen = proxy
-    assert answers(None, params(url, ca_path=str(pki / "ca.crt"))) == (True, "completion without choices")
+    assert answers(None, params(url, ca_path=str(pki / "ca.crt"))) == (True, "")
     assert seen == [("/health", None), ("/v1/models", f"Bearer {KEY}"), ("/v1/completions", f"Bearer {KEY}")]
+
+
+@pytest.mark.parametrize("reply", [
+    {"choices": [{"message": {"role": "assistant", "content": "It is sunny."}, "finish_reason": "stop"}]},
+    {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+        "finish_reason": "tool_calls"}]},
+])
+def test_a_server_with_a_tool_parser_is_ready_once_it_answers_a_request_with_tools_in_the_protocols_shape(proxy, pki, reply):
+    url, seen = proxy
+    CHAT.update(status=200, reply=reply)
+    assert answers(None, params(url, ca_path=str(pki / "ca.crt"), tools=True)) == (True, "")
+    assert seen[-1] == ("/v1/chat/completions", f"Bearer {KEY}")
+
+
+@pytest.mark.parametrize(("status", "reply", "said"), [
+    (400, {"object": "error", "message": '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'},
+     "HTTP 400: "),
+    (200, {"choices": [{"message": {"content": None, "tool_calls": [{"function": {"name": "get_weather", "arguments": {}}}]}}]},
+     "a tool call is not a function with a name and string arguments"),
+    (200, {"choices": []}, "the reply has no choices"),
+])
+def test_a_refused_or_misshapen_answer_to_tools_fails_at_once(proxy, pki, status, reply, said):
+    url, _seen = proxy
+    CHAT.update(status=status, reply=reply)
+    with pytest.raises(Refused, match=re.escape(said)):
+        answers(None, params(url, ca_path=str(pki / "ca.crt"), tools=True))
+
+
+def test_an_embedding_model_is_ready_once_it_embeds(proxy, pki):
+    url, seen = proxy
+    assert answers(None, params(url, ca_path=str(pki / "ca.crt"), task="embed")) == (True, "")
+    assert seen[-1] == ("/v1/embeddings", f"Bearer {KEY}") and ("/v1/completions", f"Bearer {KEY}") not in seen
 
 
 def test_a_certificate_the_ca_did_not_sign_is_not_ready(proxy):
