@@ -10,7 +10,7 @@ version_added: 0.1.0
 description:
   - C(ready), the time vLLM gets to answer after its ranks start, 600 s for compilation and graphs and then each
     node's share of the weights at 200 MB/s.
-  - C(download), the time a download gets, 600 s and then the bytes at no less than O(rate) bytes per second.
+  - C(download), the time a download gets, 600 s and then the bytes at no less than O(count) bytes per second.
 positional: _input, kind, count
 options:
   _input:

@@ -8,8 +8,8 @@ import datetime
 import http.server
 import ipaddress
 import json
-import re
 import os
+import re
 import ssl
 import threading
 
