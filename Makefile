@@ -63,7 +63,7 @@ sandbox: venv
 	  --network $(SANDBOX_PREFIX)-mgmt=$(SANDBOX_MGMT_CIDR) --network $(SANDBOX_PREFIX)-cluster=$(SANDBOX_CLUSTER_CIDR) \
 	  $(foreach n,$(shell seq $(SANDBOX_NODES)),--gpus gb10:1) --copy "$$($(PY) tests/sandbox/gpu/toolkit_repo.py build):/srv/vllmops-nvidia-repo" \
 	  $(if $(filter real,$(SANDBOX_SERVING)),--var model_hub_repo=sandbox/tiny-llama --var model_hub_revision=$$revision \
-	    --var model_hub_endpoint=http://$(SANDBOX_GATEWAY):$(SANDBOX_HUB_PORT),--var model_controller_path=$$model) \
+	    --var model_hub_endpoint=http://$(SANDBOX_GATEWAY):$(SANDBOX_HUB_PORT),--var model_controller_path=$$model --var model_source=controller) \
 	  --inventory $(SANDBOX_INVENTORY)/hosts.yml --var nccl_cluster_cidr=$(SANDBOX_CLUSTER_CIDR) \
 	  --var image_archive=$$($(SANDBOX_IMAGE_TOOL) archive) --var vllmops_image=$$($(SANDBOX_IMAGE_TOOL) name) \
 	  $(if $(filter standin,$(SANDBOX_SERVING)),--var vllmops_backend=ray) \

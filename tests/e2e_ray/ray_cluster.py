@@ -63,7 +63,8 @@ def up() -> None:
     INVENTORY.mkdir(parents=True, exist_ok=True)
     (INVENTORY / "group_vars").symlink_to(ROOT / "inventories/sandbox/group_vars")
     nodes.write_inventory(INVENTORY / "hosts.yml", {**started, "nodes": started["nodes"][:2]}, [
-        f"model_controller_path={model}", f"nccl_cluster_cidr={CLUSTER_CIDR}", f"vllmops_image={STANDIN}",
+        f"model_controller_path={model}", "model_source=controller", f"nccl_cluster_cidr={CLUSTER_CIDR}",
+        f"vllmops_recipe={ROOT}/inventories/sandbox/recipes/sandbox-standin.yml", f"vllmops_image={STANDIN}",
         "vllmops_backend=ray", f'vllmops_api_allowed_cidrs=["{MGMT_CIDR}"]', f'vllmops_metrics_allowed_cidrs=["{MGMT_CIDR}"]'])
     NODE3_INVENTORY.write_text(yaml.safe_dump(
         {"vllm_nodes": {"hosts": {NODE3: {"ansible_host": started["nodes"][2]["address"]}}}}))
