@@ -40,6 +40,8 @@ INVENTORY = ROOT / ".sandbox" / PREFIX
 NODE3_INVENTORY = ROOT / ".sandbox" / f"{PREFIX}-node3.yml"
 BIN = Path(sys.executable).parent
 STANDIN = "vllmops-sandbox/vllm-openai:v0.33.0"
+# The model the stand-in serves, and its name (the sandbox's recipe for the stand-in, which sets no tool-call parser).
+STANDIN_RECIPE = ROOT / "inventories/sandbox/recipes/sandbox-standin.yml"
 RDMA_SYSFS = "/srv/vllmops-rdma-sysfs"
 
 # node1 runs Ray's head and vLLM, node2 a Ray worker; node3 is started beside them, outside the inventory.
@@ -64,7 +66,7 @@ def up() -> None:
     (INVENTORY / "group_vars").symlink_to(ROOT / "inventories/sandbox/group_vars")
     nodes.write_inventory(INVENTORY / "hosts.yml", {**started, "nodes": started["nodes"][:2]}, [
         f"model_controller_path={model}", "model_source=controller", f"nccl_cluster_cidr={CLUSTER_CIDR}",
-        f"vllmops_recipe={ROOT}/inventories/sandbox/recipes/sandbox-standin.yml", f"vllmops_image={STANDIN}",
+        f"vllmops_recipe={STANDIN_RECIPE}", f"vllmops_image={STANDIN}",
         "vllmops_backend=ray", f'vllmops_api_allowed_cidrs=["{MGMT_CIDR}"]', f'vllmops_metrics_allowed_cidrs=["{MGMT_CIDR}"]'])
     NODE3_INVENTORY.write_text(yaml.safe_dump(
         {"vllm_nodes": {"hosts": {NODE3: {"ansible_host": started["nodes"][2]["address"]}}}}))
@@ -143,8 +145,9 @@ class RayCluster:
         self.addresses[NODE3] = yaml.safe_load(NODE3_INVENTORY.read_text())["vllm_nodes"]["hosts"][NODE3]["ansible_host"]
         self.node3_inventory = NODE3_INVENTORY
         serve = yaml.safe_load((INVENTORY / "group_vars" / "vllm_nodes" / "vllm_serve.yml").read_text())
-        self.model_dir = f"/srv/models/{serve['vllm_serve_model']}"
-        self.vars = {**serve, **ray_vars()}
+        model = yaml.safe_load(STANDIN_RECIPE.read_text())["model"]  # the model and its name are the recipe's
+        self.model_dir = f"/srv/models/{model['dir']}"
+        self.vars = {**serve, "vllm_serve_served_model_name": model["served_name"], **ray_vars()}
 
     @functools.cached_property
     def client(self) -> ApiClient:
