@@ -54,6 +54,22 @@ def test_a_misspelled_parser_is_refused_before_anything_moves_naming_the_right_o
     print(f"{flag} {wrong} refused {took:.1f} s after ansible-playbook started")
 
 
+def test_a_server_that_refuses_requests_with_tools_is_rolled_back(sandbox):
+    """The recipe's --enable-auto-tool-choice dropped (null): vLLM starts with its tool-call parser and answers
+    completions, but refuses what a client with tools sends. Readiness asks one request with a tool: the change is
+    rolled back on every node, naming why."""
+    before = {node: sandbox.container(node)["args"] for node in sandbox.nodes}
+    args = dict(sandbox.serve_vars["vllm_serve_args"], enable_auto_tool_choice=None)
+    run = sandbox.deploy(args)
+    said = " ".join(run.stdout.split()).replace("''", "'")
+    assert run.returncode != 0
+    assert "vLLM did not come up with the new configuration: tool_calling - " in said, said[-3000:]
+    assert "--enable-auto-tool-choice" in said and "HTTP 400" in said
+    assert "Rolled back every node to the last working configuration: healthy again." in said
+    assert {node: sandbox.container(node)["args"] for node in sandbox.nodes} == before
+    assert sandbox.complete()["choices"][0]["text"]
+
+
 def test_logs_shows_every_rank_with_its_diagnosis(sandbox):
     run = sandbox.playbook("playbooks/logs.yml", {"lines": 20})
     assert run.returncode == 0, run.stdout[-3000:]
