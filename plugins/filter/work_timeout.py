@@ -11,6 +11,7 @@ description:
   - C(ready), the time vLLM gets to answer after its ranks start, 600 s for compilation and graphs and then each
     node's share of the weights at 200 MB/s.
   - C(download), the time a download gets, 600 s and then the bytes at no less than O(count) bytes per second.
+  - A size of 0 (not known) gives the fixed deadlines of before - 900 s to become ready, 7200 s to download.
 positional: _input, kind, count
 options:
   _input:

@@ -40,6 +40,9 @@ VERSION = re.compile(r"^\d+(\.\d+){0,3}([a-z]+\d*)?$")
 READY_BASE_S = 600
 READY_LOAD_RATE = 200 * 1000 * 1000
 DOWNLOAD_BASE_S = 600
+# When the size is not known (a listing without sizes, no recipe): the fixed deadlines of before.
+READY_UNSIZED_S = 900
+DOWNLOAD_UNSIZED_S = 7200
 
 
 class RecipeError(ValueError):
@@ -198,10 +201,14 @@ def resolve(recipe: dict, layout: str = "", node_gpus=None) -> dict:
 def ready_timeout(weight_bytes: int, nodes: int) -> int:
     """Seconds a cluster of `nodes` gets to answer after its ranks start: a base for compilation and graphs, then each
     node's share of the weights at READY_LOAD_RATE."""
-    share = int(weight_bytes or 0) // max(int(nodes or 1), 1)
+    if not weight_bytes:
+        return READY_UNSIZED_S
+    share = int(weight_bytes) // max(int(nodes or 1), 1)
     return READY_BASE_S + -(-share // READY_LOAD_RATE)
 
 
 def download_timeout(total_bytes: int, min_rate: int) -> int:
     """Seconds a download of total_bytes gets at no less than min_rate bytes per second."""
-    return DOWNLOAD_BASE_S + -(-int(total_bytes or 0) // max(int(min_rate), 1))
+    if not total_bytes:
+        return DOWNLOAD_UNSIZED_S
+    return DOWNLOAD_BASE_S + -(-int(total_bytes) // max(int(min_rate), 1))

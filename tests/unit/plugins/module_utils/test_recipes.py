@@ -109,8 +109,9 @@ def test_a_document_of_no_known_format_is_refused():
 
 
 def test_the_deadlines_grow_with_the_work():
-    assert ready_timeout(0, 1) == 600
+    assert ready_timeout(0, 1) == 900  # the size unknown: the fixed deadline of before
+    assert ready_timeout(4_400_000, 2) == 601
     assert ready_timeout(125_000_000_000, 2) == 600 + 313  # 62.5 GB per node at 200 MB/s
     assert ready_timeout(595_000_000_000, 1) == 600 + 2975
     assert download_timeout(595_000_000_000, 20_000_000) == 600 + 29750  # Kimi-K2.5 at 20 MB/s: 8.4 h
-    assert download_timeout(0, 20_000_000) == 600
+    assert download_timeout(0, 20_000_000) == 7200
