@@ -67,7 +67,7 @@ sandbox: venv
 	  --inventory $(SANDBOX_INVENTORY)/hosts.yml --var nccl_cluster_cidr=$(SANDBOX_CLUSTER_CIDR) \
 	  --var image_archive=$$($(SANDBOX_IMAGE_TOOL) archive) --var vllmops_image=$$($(SANDBOX_IMAGE_TOOL) name) \
 	  $(if $(filter standin,$(SANDBOX_SERVING)),--var vllmops_backend=ray) \
-	  --var vllmops_recipe=$(CURDIR)/inventories/sandbox/recipes/sandbox-$(if $(filter real,$(SANDBOX_SERVING)),tiny,standin).yml \
+	  --var vllmops_recipe=$(CURDIR)/tests/sandbox/recipes/sandbox-$(if $(filter real,$(SANDBOX_SERVING)),tiny,standin).yml \
 	  --var 'vllmops_api_allowed_cidrs=["$(SANDBOX_MGMT_CIDR)"]' --var 'vllmops_metrics_allowed_cidrs=["$(SANDBOX_MGMT_CIDR)"]' >/dev/null
 	$(PY) tests/sandbox/hub.py start --root $(SANDBOX_HUB_DIR) --address $(SANDBOX_GATEWAY) --port $(SANDBOX_HUB_PORT) \
 	  --gated sandbox/tiny-gated=sandbox-gated-token --pidfile $(SANDBOX_HUB_DIR)/$(SANDBOX_PREFIX).pid >/dev/null

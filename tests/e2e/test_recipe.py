@@ -1,4 +1,4 @@
-"""Issue 40 on the sandbox: the tiny model served from its recipe (inventories/sandbox/recipes/sandbox-tiny.yml, a
+"""Issue 40 on the sandbox: the tiny model served from its recipe (tests/sandbox/recipes/sandbox-tiny.yml, a
 tool-call parser among its flags), parser names checked against the image's own vLLM before anything moves, and the
 day-2 verbs: logs, stop and start."""
 

@@ -37,8 +37,9 @@ def _ray_running(sandbox) -> bool:
 
 
 def test_ray_then_the_ray_free_mode(sandbox, poller):
+    # The stand-in serves completions only (no chat, no tools): its recipe sets no tool-call parser.
     ray = {"vllmops_image": "vllmops-sandbox/vllm-openai:v0.33.0", "image_archive": _standin_archive(),
-           "vllmops_backend": "ray"}
+           "vllmops_backend": "ray", "vllmops_recipe": str(ROOT / "tests/sandbox/recipes/sandbox-standin.yml")}
     # 1. a Ray deployment: the head's vLLM over Ray, node2's vLLM rank gone (Ray's worker is all it runs)
     run = sandbox.deploy(extra=ray, tags="image,firewall,ray_cluster,vllm_serve")
     assert run.returncode == 0, run.stdout[-3000:]

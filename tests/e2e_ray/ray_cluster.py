@@ -41,7 +41,7 @@ NODE3_INVENTORY = ROOT / ".sandbox" / f"{PREFIX}-node3.yml"
 BIN = Path(sys.executable).parent
 STANDIN = "vllmops-sandbox/vllm-openai:v0.33.0"
 # The model the stand-in serves, and its name (the sandbox's recipe for the stand-in, which sets no tool-call parser).
-STANDIN_RECIPE = ROOT / "inventories/sandbox/recipes/sandbox-standin.yml"
+STANDIN_RECIPE = ROOT / "tests/sandbox/recipes/sandbox-standin.yml"
 RDMA_SYSFS = "/srv/vllmops-rdma-sysfs"
 
 # node1 runs Ray's head and vLLM, node2 a Ray worker; node3 is started beside them, outside the inventory.
