@@ -328,8 +328,11 @@ PLAN_OWNED = {
     "served_model_name": "vllm_serve_served_model_name",
     "model": "vllm_serve_model",
 }
-# vLLM's own short spellings of those flags (vllm/engine/arg_utils.py).
-SHORT_FLAGS = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "n": "nnodes", "r": "node_rank"}
+# vLLM's own short spellings of flags (vllm/engine/arg_utils.py; each in vllm serve 0.33's parser,
+# tests/fixtures/vllm/serve_flags): those of the flags above, and the others recipes are written with.
+SHORT_FLAGS = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "n": "nnodes", "r": "node_rank",
+               "dp": "data_parallel_size", "q": "quantization", "ep": "enable_expert_parallel",
+               "dcp": "decode_context_parallel_size", "cc": "compilation_config"}
 
 
 def flag_name(key) -> str:

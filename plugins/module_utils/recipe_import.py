@@ -26,6 +26,8 @@ import json
 import re
 import shlex
 
+from ansible_collections.vllmops.cluster.plugins.module_utils.plan import PLAN_OWNED, SHORT_FLAGS
+
 FORMATS = ("vllmops", "sparkrun", "spark-vllm-docker")
 
 
@@ -51,18 +53,11 @@ _SPARKRUN_QUIET = frozenset({"sparkrun_version", "recipe_version", "name", "desc
 # sparkrun runtimes that serve with vLLM (the others are SGLang, llama.cpp, TensorRT-LLM, Atlas).
 _VLLM_RUNTIMES = frozenset({"", "vllm", "vllm-distributed", "vllm-ray", "eugr-vllm"})
 
-# vLLM's short spellings we are sure of (vllm serve --help); any other short flag is kept as written.
-_SHORT = {"tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dp": "data_parallel_size", "n": "nnodes",
-          "r": "node_rank", "q": "quantization", "ep": "enable_expert_parallel", "dcp": "decode_context_parallel_size",
-          "cc": "compilation_config"}
-
-# Flags the collection sets on every rank itself (plan.PLAN_OWNED and the vllm_serve role), and the secrets that
-# belong in the inventory's vault (recipes.SECRET_FLAGS): dropped on import. served_model_name, model and revision
-# are not lost: they become model.served_name, model.repo, model.revision.
-_DROPPED = frozenset({"tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "host", "port",
-                      "served_model_name", "model", "revision", "api_key", "hf_token", "nnodes", "node_rank", "master_addr",
-                      "master_port", "headless", "distributed_executor_backend", "data_parallel_rank",
-                      "data_parallel_address", "data_parallel_rpc_port"})
+# Flags the collection sets on every rank itself (plan.PLAN_OWNED), the data-parallel ones the layouts do not hold,
+# and the secrets that belong in the inventory's vault (recipes.SECRET_FLAGS): dropped on import. served_model_name,
+# model and revision are not lost: they become model.served_name, model.repo, model.revision.
+_DROPPED = frozenset(PLAN_OWNED) | {"revision", "api_key", "hf_token", "data_parallel_size", "data_parallel_rank",
+                                   "data_parallel_address", "data_parallel_rpc_port"}
 
 # sparkrun, without a command template, turns only these `defaults` keys into flags (its runtime's flag map):
 # key -> (vLLM option name, is a boolean toggle).
@@ -309,8 +304,8 @@ class _Importer:
             head, *path = written[2:].split(".")
             return head.replace("-", "_"), path
         short, *path = written[1:].split(".")
-        if short in _SHORT:
-            return _SHORT[short], path
+        if short in SHORT_FLAGS:  # vLLM's short spellings we are sure of; any other is kept as written
+            return SHORT_FLAGS[short], path
         self.warnings.append(f"{shlex.join([written, *values])}: a short flag this import does not know; kept as written "
                              "under args, check it against the image's vllm serve --help")
         attached = re.fullmatch(r"-O(\d+)", written)

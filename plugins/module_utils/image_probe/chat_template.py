@@ -16,30 +16,29 @@ import difflib
 import os
 import posixpath
 
+from ansible_collections.vllmops.cluster.plugins.module_utils.plan import flag_name
+
 JINJA_CHARS = "{}\n"
 
 
-def option_key(key) -> str:
-    """A flag or setting key in one spelling: `tool_call_parser`, `--tool-call-parser` -> `tool-call-parser`."""
-    return str(key).lstrip("-").replace("_", "-")
-
-
 def flag_value(flags, key: str):
-    """The value `flags` (a settings mapping, or argv) gives the option `key` (dashed, no leading --); None if unset."""
+    """The value `flags` (a settings mapping, or argv) gives the option `key` (in any spelling: `tool_call_parser`,
+    `tool-call-parser`, plan.flag_name's rule); None if unset."""
+    key = flag_name(key)
     if isinstance(flags, dict):
-        return next((value for k, value in flags.items() if option_key(k) == key and value is not None), None)
+        return next((value for k, value in flags.items() if flag_name(k) == key and value is not None), None)
     if isinstance(flags, (list, tuple)):
         tokens = [str(t) for t in flags]
         for i, token in enumerate(tokens):
             name, eq, value = token.partition("=")
-            if name.startswith("--") and option_key(name) == key:
+            if name.startswith("--") and flag_name(name) == key:
                 return value if eq else (tokens[i + 1] if i + 1 < len(tokens) else "")
     return None
 
 
 def template_path(flags) -> str | None:
     """The chat_template of `flags` when it is a path, None when unset or an inline template."""
-    value = flag_value(flags, "chat-template")
+    value = flag_value(flags, "chat_template")
     if value is None or isinstance(value, bool) or any(c in str(value) for c in JINJA_CHARS):
         return None
     return str(value)

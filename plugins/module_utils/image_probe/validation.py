@@ -17,8 +17,8 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.vllm_cli import (
 
 # option -> (the probe's list of names, the option that loads more at runtime, what the names are)
 PARSER_OPTIONS = {
-    "tool-call-parser": ("tool", "tool-parser-plugin", "tool-call parser"),
-    "reasoning-parser": ("reasoning", "reasoning-parser-plugin", "reasoning parser"),
+    "tool_call_parser": ("tool", "tool_parser_plugin", "tool-call parser"),
+    "reasoning_parser": ("reasoning", "reasoning_parser_plugin", "reasoning parser"),
 }
 _VERSION = re.compile(r"v?(\d+(?:\.\d+)*)(?:[-_.]?(a|b|c|rc|alpha|beta|pre|preview)[-_.]?(\d*))?"
                       r"(?:[-_.]?(post|rev|r)[-_.]?(\d*))?(?:[-_.]?(dev)[-_.]?(\d*))?(?:\+[a-z0-9.]*)?", re.I)
@@ -48,19 +48,19 @@ def check_parsers(flags, vllm: dict) -> tuple[list[dict], list[str], list[str]]:
     known_flags = set(vllm.get("flags") or [])
     for option, (kind, plugin_option, what) in PARSER_OPTIONS.items():
         name = flag_value(flags, option)
-        if not isinstance(name, str) or not name or f"--{option}" not in known_flags:
+        if not isinstance(name, str) or not name or "--" + option.replace("_", "-") not in known_flags:
             continue  # unset, or an option this vLLM lacks (an unknown flag already)
         names = vllm.get(f"{kind}_parsers")
         if not (vllm.get("parsers_known") or {}).get(kind) or names is None or name in names:
             continue  # a probe that could not read them refuses nothing
         if flag_value(flags, plugin_option):
-            notes.append(f"{option.replace('-', '_')} {name!r} is not a {what} vLLM {vllm['version']} registers, but "
-                         f"{plugin_option.replace('-', '_')} may register it at startup: not checked")
+            notes.append(f"{option} {name!r} is not a {what} vLLM {vllm['version']} registers, but "
+                         f"{plugin_option} may register it at startup: not checked")
             continue
         suggestions = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
-        unknown.append({"option": option.replace("-", "_"), "name": name, "suggestions": suggestions})
+        unknown.append({"option": option, "name": name, "suggestions": suggestions})
         hint = f"; did you mean {suggestions[0]!r}?" if suggestions else ""
-        messages.append(f"{option.replace('-', '_')} {name!r} is not a {what} vLLM {vllm['version']} in this image "
+        messages.append(f"{option} {name!r} is not a {what} vLLM {vllm['version']} in this image "
                         f"registers{hint} (it has: {', '.join(names) or 'none'})")
     return unknown, messages, notes
 
