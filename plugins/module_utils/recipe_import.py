@@ -56,8 +56,8 @@ _VLLM_RUNTIMES = frozenset({"", "vllm", "vllm-distributed", "vllm-ray", "eugr-vl
 # Flags the collection sets on every rank itself (plan.PLAN_OWNED), the data-parallel ones the layouts do not hold,
 # and the secrets that belong in the inventory's vault (recipes.SECRET_FLAGS): dropped on import. served_model_name,
 # model and revision are not lost: they become model.served_name, model.repo, model.revision.
-_DROPPED = frozenset(PLAN_OWNED) | {"revision", "api_key", "hf_token", "data_parallel_size", "data_parallel_rank",
-                                   "data_parallel_address", "data_parallel_rpc_port"}
+_DROPPED = frozenset(PLAN_OWNED).union({"revision", "api_key", "hf_token", "data_parallel_size", "data_parallel_rank",
+                                        "data_parallel_address", "data_parallel_rpc_port"})
 
 # sparkrun, without a command template, turns only these `defaults` keys into flags (its runtime's flag map):
 # key -> (vLLM option name, is a boolean toggle).
