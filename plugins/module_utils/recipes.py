@@ -191,7 +191,7 @@ def resolve(recipe: dict, layout: str = "", node_gpus=None) -> dict:
         "args": merge_flags(recipe.get("args"), picked.get("args")),
         "env": {**(recipe.get("env") or {}), **(picked.get("env") or {})},
         "tensor_parallel_size": picked.get("tensor_parallel_size", 0),
-        "pipeline_parallel_size": picked.get("pipeline_parallel_size", 0) if picked.get("tensor_parallel_size") else 0,
+        "pipeline_parallel_size": picked.get("pipeline_parallel_size", 0),
         "ready_timeout": picked.get("ready_timeout", 0),
         "image": recipe.get("image", ""),
         "import_warnings": list(recipe.get("import_warnings") or []),

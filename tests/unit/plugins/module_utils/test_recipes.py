@@ -53,6 +53,13 @@ def test_without_a_tested_layout_the_recipe_s_own_flags_apply_and_the_plan_says_
     assert resolved["tensor_parallel_size"] == 0 and resolved["args"]["max_model_len"] == 32768
 
 
+def test_a_layout_that_gives_only_the_pipeline_size_keeps_it_and_lets_the_plan_derive_tp():
+    document = copy.deepcopy(RECIPE)
+    document["layouts"] = {"gb10x2": {"pipeline_parallel_size": 2}}
+    resolved = resolve(from_document(document, "demo"), "", [[GB10], [GB10]])
+    assert (resolved["tensor_parallel_size"], resolved["pipeline_parallel_size"]) == (0, 2)
+
+
 def test_a_named_layout_wins_and_an_unknown_one_is_refused_with_the_closest():
     recipe = from_document(copy.deepcopy(RECIPE), "demo")
     assert resolve(recipe, "gb10x2", [])["layout"] == "gb10x2"
