@@ -16,7 +16,8 @@ description:
     different images (compared by content ID, which the same image has on Docker's classic and containerd image
     stores; the C(IMAGE) column shows it), or the head's API does not list its models;
     also when the head watchdog has a record but its timer does not run, vLLM refuses its check (a key or model name
-    it does not know), or it reached its restart limit while vLLM still fails.
+    it does not know), or it reached its restart limit while vLLM still fails; and when the nodes serve different
+    releases, or a node's files differ from the release it recorded.
   - With O(health), lines on the head watchdog - its timer, the last check, the last event (when, what it saw, what
     it did, and when the service answered again).
 positional: _input
@@ -30,7 +31,8 @@ options:
         C(systemctl is-active) gives for each of
         C(ray_head), C(ray_worker) and C(vllm) (the units of the Ray head, a Ray worker and vLLM); optionally
         C(model), the model role's manifest on the node - C(digest) (empty without one) and C(stale) (files
-        changed since it).
+        changed since it); optionally C(release), what M(vllmops.cluster.release) says of the node - C(current),
+        C(last_good), C(previous) (release IDs) and C(matches) (its files are those the current release recorded).
     type: dict
     required: true
   hosts:
@@ -277,6 +279,38 @@ def _model_problems(nodes: dict) -> list[str]:
     return problems
 
 
+def _releases(nodes: dict) -> dict:
+    """host -> what the release module said of the node (current, last_good, previous, matches)."""
+    return {host: node["release"] for host, node in nodes.items()
+            if node is not None and isinstance(node.get("release"), dict)}
+
+
+def _release_problems(nodes: dict) -> list[str]:
+    """Every node serves the same release, and serves it as recorded."""
+    releases = _releases(nodes)
+    if not any(release.get("current") for release in releases.values()):
+        return []  # none recorded yet (a cluster deployed before releases, or never served)
+    problems = []
+    if len({release.get("current") or "" for release in releases.values()}) > 1:
+        problems.append("the nodes serve different releases: " + ", ".join(
+            f"{host} {release.get('current') or 'none'}" for host, release in releases.items()))
+    edited = [host for host, release in releases.items() if release.get("matches") is False]
+    if edited:
+        problems.append(f"files of the release differ from its record on: {', '.join(edited)} (edited by hand, or a "
+                        "switch that did not finish: deploy.yml, or playbooks/rollback.yml)")
+    return problems
+
+
+def _release_line(nodes: dict) -> list[str]:
+    releases = list(_releases(nodes).values())
+    currents = {release.get("current") or "" for release in releases}
+    if len(currents) != 1 or "" in currents:
+        return []
+    first = releases[0]
+    return [f"release: {first['current']} on every node (last good {first.get('last_good') or 'none'}, "
+            f"previous {first.get('previous') or 'none'})"]
+
+
 def _model_line(nodes: dict) -> list[str]:
     models = _models(nodes)
     digests = {model.get("digest") or "" for model in models.values()}
@@ -343,7 +377,16 @@ def _node_document(host: str, node: dict | None, row: tuple, cluster: _Cluster) 
         "in_ray": None if node is None or not cluster.on_ray else row[6] == "yes",
         "runs_vllm": cluster.runs_vllm(host),
         "model_digest": ((node or {}).get("model") or {}).get("digest") or None,
+        "release": _release_document((node or {}).get("release")),
     }
+
+
+def _release_document(release) -> dict | None:
+    if not isinstance(release, dict):
+        return None
+    matches = release.get("matches")
+    return {"current": release.get("current") or None, "last_good": release.get("last_good") or None,
+            "previous": release.get("previous") or None, "matches": matches if isinstance(matches, bool) else None}
 
 
 def _document(nodes: dict, rows: list[tuple], cluster: _Cluster, health: dict | None, verdict: str,
@@ -385,10 +428,10 @@ def status_report(nodes, head, hosts=None, plan=None, ray=None, api=None, health
         backend = cluster.plan.get("summary", "")
     health_lines, health_problems = _health(health)
     extras = _extra_members(nodes, cluster, peers)
-    problems = _problems(nodes, rows, cluster, extras) + health_problems
+    problems = _problems(nodes, rows, cluster, extras) + _release_problems(nodes) + health_problems
     verdict = "DEGRADED" if problems else "OK"
     lines = [ROW % HEADER, *(ROW % row for row in rows), f"served model: {cluster.served()}; {backend}",
-             *_model_line(nodes), *health_lines,
+             *_release_line(nodes), *_model_line(nodes), *health_lines,
              f"{verdict}: {'; '.join(problems)}" if problems else verdict]
     return {"lines": lines, "text": "\n".join(lines), "verdict": verdict, "problems": problems,
             "document": _document(nodes, rows, cluster, health, verdict, problems, extras)}

@@ -9,27 +9,40 @@ lines, is the model's identity: every node that serves must hold the same.
 The manifest also keeps each file's size and mtime as a cache, so that a
 re-run hashes only the files whose size or mtime changed since.
 
-A copy never writes into the served directory: a node builds the new
-version in PARENT/.vllmops-staging/NAME (hard links to the files it already
+Every version of the model at PATH = PARENT/NAME lives in its own directory,
+PARENT/.vllmops-versions/NAME/HEX (HEX: the first 16 hex digits of its
+digest), its manifest beside it. PATH is a relative link to the version
+served, so that it resolves inside a container that mounts PARENT at the same
+path; only flip() moves it (the release switch), and a new version is kept
+beside the served one, ready to serve or to go back to. A model directory of
+the layout before versions (a real directory at PATH, its manifest at
+PATH.vllmops-manifest.json) is moved there once, by adopt().
+
+A copy never writes into a version: a node builds the new one in
+PARENT/.vllmops-staging/NAME (hard links to the files the served version
 holds right, the rest from the stream), checks every file's hash, then
-swaps the directory into place. The stream is the listed files' bytes, one
-after the other, in the order every node of the chain was given; each node
-writes the files it lacks and relays everything (image_transfer's chain).
+renames it to its version directory. The stream is the listed files' bytes,
+one after the other, in the order every node of the chain was given; each
+node writes the files it lacks and relays everything (image_transfer's chain).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
+import stat
 
 from ansible_collections.vllmops.cluster.plugins.module_utils.image_transfer import TransferError
-from ansible_collections.vllmops.cluster.plugins.module_utils.json_file import write_json
+from ansible_collections.vllmops.cluster.plugins.module_utils.json_file import read_documents, write_json
 
 MANIFEST_SUFFIX = ".vllmops-manifest.json"
 SCHEMA = "vllmops.model-manifest/1"
 STAGING = ".vllmops-staging"
+VERSIONS = ".vllmops-versions"
 # huggingface_hub's download metadata in a local_dir: not part of the model.
 IGNORED_TOP = frozenset({".cache"})
 CHUNK = 1 << 20
@@ -192,6 +205,181 @@ def write_manifest(path, files, source, manifest_file=None):
     return data
 
 
+def versions_dir(path):
+    """Where the versions of the model served at path are kept: PARENT/.vllmops-versions/NAME."""
+    parent, name = os.path.split(path.rstrip("/"))
+    return os.path.normpath(os.path.join(parent, VERSIONS, name))
+
+
+def _hex16(model_digest):
+    """The first 16 hex digits of a digest ("sha256:" and 64 of them); None when it is not one."""
+    found = re.fullmatch(r"sha256:([0-9a-f]{64})", model_digest) if isinstance(model_digest, str) else None
+    return found.group(1)[:16] if found else None
+
+
+def version_path(path, model_digest):
+    """The directory of the version with model_digest of the model served at path."""
+    hex16 = _hex16(model_digest)
+    if hex16 is None:
+        raise ModelError(f"{model_digest!r} is not a model digest (sha256: and 64 hex digits)")
+    return os.path.join(versions_dir(path), hex16)
+
+
+def _linked_version(path):
+    """The version directory path links to, when path is a link into versions_dir(path); else None."""
+    if not os.path.islink(path):
+        return None
+    target = os.path.normpath(os.path.join(os.path.dirname(path), os.readlink(path)))
+    return target if os.path.dirname(target) == versions_dir(path) else None
+
+
+def served_version(path):
+    """The directory the model at path is served from: the version path links to; path itself when it is
+    not our link (a directory of the layout before versions, or one an operator placed); None when nothing is there."""
+    path = path.rstrip("/")
+    linked = _linked_version(path)
+    if linked:
+        return linked
+    return path if os.path.lexists(path) else None
+
+
+def _point(path, version):
+    """Make path a relative link to version in one step: a link made beside it, renamed over it."""
+    temp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.vllmops-link-{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(temp)
+    os.symlink(os.path.join(VERSIONS, os.path.basename(path), os.path.basename(version)), temp)
+    try:
+        os.replace(temp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp)
+        raise
+
+
+def _replace_dir(source, version):
+    """Rename the directory source to version; what was at version (an incomplete or stale copy) is removed."""
+    os.makedirs(os.path.dirname(version), mode=0o755, exist_ok=True)
+    aside = None
+    if os.path.lexists(version):
+        aside = os.path.join(os.path.dirname(version), f".{os.path.basename(version)}.old-{os.getpid()}")
+        os.rename(version, aside)
+    os.rename(source, version)
+    if aside:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def legacy_manifest(path):
+    """The manifest of a model directory in the layout before versions (path a real directory, our manifest
+    beside it, not itself a version), which adopt() moves; None for anything else."""
+    path = os.path.normpath(path)
+    if os.path.islink(path) or not os.path.isdir(path) or os.path.basename(os.path.dirname(os.path.dirname(path))) == VERSIONS:
+        return None
+    kept = read_manifest(path)
+    return kept if kept and isinstance(kept.get("files"), dict) else None
+
+
+def adopt(path):
+    """Move a model directory of the layout before versions to its version directory, its manifest beside it, and
+    link path to it; return the version's directory, None when there was nothing to move. A container that mounts
+    the directory keeps it through the rename."""
+    path = path.rstrip("/")
+    kept = legacy_manifest(path)
+    if kept is None:
+        return None
+    version = version_path(path, digest(identity(kept["files"])))
+    # The version's manifest first: an adoption cut off before the rename is simply done again.
+    write_manifest(version, kept["files"], kept.get("source"))
+    _replace_dir(path, version)
+    _point(path, version)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(manifest_path(path))
+    return version
+
+
+def commit_version(staged, path, files, source):
+    """Keep the complete directory staged as the version of the model at path that files ({name: {size, sha256,
+    mtime_ns}}) make (replacing what lies there), and write its manifest; return the manifest. path is linked to it only when nothing is there
+    yet: what is served changes with flip() alone."""
+    path = path.rstrip("/")
+    model_digest = digest(identity(files))
+    version = version_path(path, model_digest)
+    # Staged, every file was checked: it replaces what is there (a copy cut off, or files changed since their
+    # manifest - the digest names what a version should hold, not what it holds).
+    _replace_dir(staged, version)
+    manifest = write_manifest(version, files, source)
+    if not os.path.lexists(path):
+        _point(path, version)
+    return manifest
+
+
+def flip(path, version):
+    """Serve version at path: point the link at it in one step (a model directory of the layout before versions is
+    adopted first). Return whether the link changed."""
+    path, version = path.rstrip("/"), os.path.normpath(version)
+    if os.path.dirname(version) != versions_dir(path):
+        raise ModelError(f"{version} is not a version of {path} (those are in {versions_dir(path)})")
+    adopt(path)
+    if not os.path.isdir(version) or os.path.islink(version) or read_manifest(version) is None:
+        raise ModelError(f"{version} is not a complete version of {path} (no directory, or no manifest beside it)")
+    if os.path.lexists(path) and not _linked_version(path):
+        raise ModelError(f"{path} is not ours to replace (a directory without our manifest, or another link): move "
+                         "it away to serve the model's versions there")
+    if _linked_version(path) == version:
+        return False
+    _point(path, version)
+    return True
+
+
+def versions(path):
+    """The versions of the model at path on disk, each {digest, path, bytes} (by its manifest; a directory without
+    one is not a version)."""
+    found = []
+    for manifest_file, kept in read_documents(versions_dir(path), SCHEMA, MANIFEST_SUFFIX):
+        version = manifest_file[:-len(MANIFEST_SUFFIX)]
+        if os.path.isdir(version) and not os.path.islink(version):
+            found.append({"digest": kept.get("digest", ""), "path": version, "bytes": kept.get("bytes", 0)})
+    return found
+
+
+def prune_versions(path, keep):
+    """Remove the versions of the model at path (and what an interrupted copy left among them) but those with a
+    digest in keep and the one served; return (the directories removed, the bytes that freed: files that other
+    versions hold too, by hard links, free nothing)."""
+    keep = set(keep)
+    kept_names = {_hex16(each) for each in keep}
+    directory, served = versions_dir(path), served_version(path)
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return [], 0
+    removed, freed = [], 0
+    for stem in sorted({name[:-len(MANIFEST_SUFFIX)] if name.endswith(MANIFEST_SUFFIX) else name for name in names}):
+        version = os.path.join(directory, stem)
+        if stem in kept_names or version == served or (read_manifest(version) or {}).get("digest") in keep:
+            continue
+        if os.path.isdir(version) and not os.path.islink(version):
+            freed += _unshared_bytes(version)
+            shutil.rmtree(version)
+        elif not os.path.isfile(manifest_path(version)):
+            continue  # not ours
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(manifest_path(version))
+        removed.append(version)
+    return removed, freed
+
+
+def _unshared_bytes(tree):
+    """Bytes of the files under tree that have no other name (a hard link elsewhere keeps the data)."""
+    total = 0
+    for top, _dirs, names in os.walk(tree):
+        for name in names:
+            info = os.lstat(os.path.join(top, name))
+            if info.st_nlink == 1 and stat.S_ISREG(info.st_mode):
+                total += info.st_size
+    return total
+
+
 def safe_name(name):
     """name, when it is a relative path that stays inside a model directory; ModelError naming it when not.
 
@@ -233,13 +421,14 @@ class FileStream:
 
 
 class StagedCopy:
-    """A new version of the model at target, built beside it and swapped into place.
+    """A new version of the model at target, built beside it and kept as a version of its own.
 
     prepare() starts the staging directory afresh (a copy interrupted earlier
-    is discarded) with hard links to the files target already holds right;
-    write(chunks) takes the stream of `stream_names` and writes those in
+    is discarded) with hard links to the files the served version already holds
+    right; write(chunks) takes the stream of `stream_names` and writes those in
     `wanted`, checking each one's sha256; commit() checks that the staging
-    directory holds exactly the reference, swaps it in and writes the manifest."""
+    directory holds exactly the reference and keeps it as its version
+    (commit_version: what target serves does not change)."""
 
     def __init__(self, target, reference, stream_names, wanted):
         self.target = target.rstrip("/")
@@ -251,18 +440,19 @@ class StagedCopy:
         self.discarded = False
 
     def prepare(self, have):
-        """have: this node's files at target ({name: {size, sha256}})."""
+        """have: the files of the version target serves ({name: {size, sha256}}), the ones linked from there."""
         if os.path.lexists(self.staging):
             shutil.rmtree(self.staging)
             self.discarded = True
         os.makedirs(self.staging, mode=0o755)
+        base = served_version(self.target) or self.target
         for name, want in self.reference.items():
             if name in self.wanted:
                 continue
             if have.get(name, {}).get("sha256") != want["sha256"]:
-                raise ModelError(f"{self.target}/{name} is neither right here nor in the stream")
+                raise ModelError(f"{base}/{name} is neither right here nor in the stream")
             self._dir_for(name)
-            os.link(os.path.join(self.target, name), os.path.join(self.staging, name))
+            os.link(os.path.join(base, name), os.path.join(self.staging, name))
 
     def _dir_for(self, name):
         parent = os.path.dirname(os.path.join(self.staging, name))
@@ -292,7 +482,7 @@ class StagedCopy:
         shutil.rmtree(self.staging, ignore_errors=True)
 
     def commit(self, source):
-        """Swap the staging directory in; return the manifest written."""
+        """Keep the staging directory as its version (commit_version); return its manifest."""
         listed = listing(self.staging)
         missing = sorted(set(self.reference) - set(listed))
         if missing or set(listed) - set(self.reference):
@@ -301,8 +491,7 @@ class StagedCopy:
         # Every file was checked as it arrived (or was linked from a checked one): its sha256 is the reference's.
         files = {name: {"size": info.st_size, "sha256": self.reference[name]["sha256"], "mtime_ns": info.st_mtime_ns}
                  for name, info in listed.items()}
-        swap(self.staging, self.target)
-        return write_manifest(self.target, files, source)
+        return commit_version(self.staging, self.target, files, source)
 
 
 def _copy_exactly(reader, size, name, out):
@@ -318,14 +507,3 @@ def _copy_exactly(reader, size, name, out):
             out.write(piece)
     return hashing.hexdigest()
 
-
-def swap(staged, target):
-    """Put the directory staged at target: the old one moves aside and is removed after the rename."""
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    old = None
-    if os.path.lexists(target):
-        old = f"{staged}.old-{os.getpid()}"
-        os.rename(target, old)
-    os.rename(staged, target)
-    if old:
-        shutil.rmtree(old, ignore_errors=True)

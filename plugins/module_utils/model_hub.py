@@ -171,8 +171,9 @@ class Hub:
         return said["sha"], _listed(said, repo, revision, self.endpoint), config if isinstance(config, dict) else None
 
     def download(self, repo, revision, path, progress_path=None):
-        """Download repo at revision into path's staging directory, check it against the hub's hashes and swap it
-        in; return (the manifest written, bytes downloaded now)."""
+        """Download repo at revision into path's staging directory, check it against the hub's hashes and keep it as
+        a version of the model at path (model_files.commit_version: what path serves does not change, unless nothing
+        was there); return (the version's manifest, its `path` the version's directory; bytes downloaded now)."""
         staging = model_files.staging_path(path)
         marker = os.path.join(staging, MARKER)
         want = {"repo": repo, "revision": revision}
@@ -209,13 +210,11 @@ class Hub:
         extra = sorted(set(listing) - set(listed))
         if extra:
             raise HubError(f"the download holds files the hub does not list at {revision}: {', '.join(extra[:5])}")
-        model_files.swap(staging, path)
-        # The same inodes after the rename: the hashes just checked carry over.
-        cache = {name: {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "sha256": hashes[name]}
+        # The same inodes after the rename to the version's directory: the hashes just checked carry over.
+        files = {name: {"size": info.st_size, "mtime_ns": info.st_mtime_ns, "sha256": hashes[name]}
                  for name, info in listing.items()}
-        files, _hashed = model_files.scan(path, cache, "stat")
         source = {"hub": repo, "revision": said["sha"], "endpoint": self.endpoint or ""}
-        return model_files.write_manifest(path, files, source), downloaded
+        return model_files.commit_version(staging, path, files, source), downloaded
 
 
 def _tree_bytes(path):

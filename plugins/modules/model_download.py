@@ -14,8 +14,10 @@ description:
     reads its C(config.json) through the same client (what the model is, known before a byte of its weights moves).
   - Otherwise it downloads them into a staging directory beside O(path) (the client resumes a download
     interrupted earlier), checks every file against the hub's own hashes (sha256 for LFS files, the git blob sha1 for
-    the others), swaps the directory into place and writes the manifest (C(PATH.vllmops-manifest.json)) that
-    M(vllmops.cluster.model_manifest) reads.
+    the others), and keeps it as a version of the model beside the one served, C(PARENT/.vllmops-versions/NAME/HEX)
+    (HEX the first 16 hex digits of its digest), with the manifest beside it that M(vllmops.cluster.model_manifest)
+    reads. What O(path) serves does not change (the release switch flips it); only where nothing was there yet does
+    O(path) become a link to the new version.
   - The token reaches the client as a 0600 file mounted read-only (C(HF_TOKEN_PATH)), never on a command line, in the
     container's environment or in a log. O(endpoint) is C(HF_ENDPOINT) (a mirror).
   - A repository that does not exist, a gated one without an allowed token, and a revision that does not exist each
@@ -34,7 +36,7 @@ options:
     type: str
     required: true
   path:
-    description: The model directory to fill (required unless O(list_only)).
+    description: The model's path, the link to the version served (required unless O(list_only)).
     type: path
   list_only:
     description: Only list the files and the commit; download nothing.
@@ -104,9 +106,17 @@ downloaded_bytes:
   returned: success
   type: int
 digest:
-  description: The model's digest after the download.
+  description: The model's digest after the download (empty without one).
   returned: success
   type: str
+version:
+  description: The directory of the version downloaded (empty without a download).
+  returned: success
+  type: str
+seconds:
+  description: Seconds the download took.
+  returned: after a download
+  type: float
 """
 
 import time
@@ -142,13 +152,13 @@ def main():
         else:
             (commit, files), config = hub.info(params["repo"], params["revision"]), None
         result = dict(changed=False, commit=commit, files=files, bytes=sum(e["size"] for e in files.values()),
-                      downloaded_bytes=0, digest="", config=config)
+                      downloaded_bytes=0, digest="", version="", config=config)
         if not params["list_only"]:
             result["changed"] = True
             if not module.check_mode:
                 manifest, downloaded = hub.download(params["repo"], commit, params["path"].rstrip("/"),
                                                     params["progress_file"] or None)
-                result.update(downloaded_bytes=downloaded, digest=manifest["digest"],
+                result.update(downloaded_bytes=downloaded, digest=manifest["digest"], version=manifest["path"],
                               seconds=round(time.monotonic() - started, 1))
     except (HubError, DockerError, OSError) as err:
         module.fail_json(msg=f"{params['repo']}@{params['revision']}: {err}")

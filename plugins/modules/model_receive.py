@@ -9,14 +9,15 @@ module: model_receive
 short_description: Receive a model's files from model_source (or the previous node), relaying them to the next node
 version_added: 0.2.0
 description:
-  - Compares the model directory O(path) with O(reference) (every file's size and sha256). The files this node lacks
+  - Compares the version O(path) serves with O(reference) (every file's size and sha256). The files this node lacks
     or holds differently are read from O(url), the stream of O(names) served by M(vllmops.cluster.model_source) or by
     the previous node's relay, each checked against its sha256 as it arrives.
-  - Never writes into the directory that is served. The new version is built beside it (in
-    C(PARENT/.vllmops-staging/NAME), with hard links to the files this node already holds right), checked whole, and
-    then swapped into place; the manifest (C(PATH.vllmops-manifest.json)) is written last. A copy that fails removes
-    its staging directory; one interrupted (the process killed) leaves only that directory, which the next run
-    discards.
+  - Never writes into the version that is served, nor changes which one O(path) serves. The new version is built
+    beside it (in C(PARENT/.vllmops-staging/NAME), with hard links to the files the served version already holds
+    right), checked whole, and then kept as a version of its own, C(PARENT/.vllmops-versions/NAME/HEX) (HEX the first
+    16 hex digits of its digest), its manifest beside it; the release switch serves it. Only where nothing was at
+    O(path) yet does O(path) become a link to it. A copy that fails removes its staging directory; one interrupted
+    (the process killed) leaves only that directory, which the next run discards.
   - The token (the last part of O(url)) never leaves this node. It asks for a ticket derived from the token with a
     random challenge, and writes and relays nothing before the upstream proved that it holds the token (an
     HMAC-SHA256 of the challenge keyed by the token); a program that took the port first is refused. A frame of the
@@ -26,7 +27,7 @@ description:
   - Writes its progress (bytes, seconds, MB/s, bytes relayed) as JSON to O(progress_file) about once a second.
 options:
   path:
-    description: The model directory on this node.
+    description: The model directory on this node (the link to the version served).
     type: path
     required: true
   reference:
@@ -132,7 +133,13 @@ seconds:
   returned: success
   type: float
 digest:
-  description: The model's digest on this node now.
+  description: The digest of RV(version), the model this node holds now.
+  returned: success
+  type: str
+version:
+  description:
+    - The directory of that version - the new one when files were copied, else the one O(path) serves (empty when
+      there is none).
   returned: success
   type: str
 discarded_staging:
@@ -172,12 +179,14 @@ def main():
         module.fail_json(msg="relaying the model: no relay_address: give this node's address the next node connects to")
     copy = None
     try:
-        kept = model_files.read_manifest(path)
-        have = model_files.identity(model_files.scan(path, kept["files"] if kept else {}, "stat")[0])
+        base = model_files.served_version(path) or path  # the new version links the files it keeps from there
+        kept = model_files.read_manifest(base)
+        have = model_files.identity(model_files.scan(base, kept["files"] if kept else {}, "stat")[0])
         wanted = model_files.needed(have, reference)
         extra = sorted(set(have) - set(reference))
         result = dict(changed=bool(wanted or extra), copied=wanted, bytes=0, received_bytes=0, relayed_bytes=0,
-                      seconds=0.0, digest=model_files.digest(have) if have else "", discarded_staging=False)
+                      seconds=0.0, digest=model_files.digest(have) if have else "",
+                      version=base if os.path.isdir(base) else "", discarded_staging=False)
         unreachable = sorted(set(wanted) - set(names))
         if unreachable:
             module.fail_json(msg=f"{path} lacks {', '.join(unreachable[:5])}, which the stream does not carry: the node "
@@ -202,7 +211,8 @@ def main():
         finally:
             relay_failed = relay.wait(params["deadline"]) if relay else None
         if result["changed"]:
-            result["digest"] = copy.commit(params["source"])["digest"]
+            manifest = copy.commit(params["source"])
+            result.update(digest=manifest["digest"], version=manifest["path"])
         else:
             shutil.rmtree(copy.staging, ignore_errors=True)
     except (OSError, TransferError) as err:

@@ -17,8 +17,8 @@ from pathlib import Path
 import yaml
 from conftest import INVENTORY, ROOT
 
-MODEL = "/srv/models/sandbox-tiny"
-MANIFEST = MODEL + ".vllmops-manifest.json"
+MODEL = "/srv/models/sandbox-tiny"  # a link to the version that serves, beside the others
+VERSIONS = "/srv/models/.vllmops-versions/sandbox-tiny"
 WEIGHTS = MODEL + "/model.safetensors"
 # The hub stand-in's output since `make sandbox` started it: one line per request (Makefile: SANDBOX_HUB_DIR).
 HUB_LOG = Path.home() / ".cache/vllmops/hub/vllmops-sandbox.pid.log"
@@ -39,8 +39,14 @@ def publish_tiny_variant(repo: str, **config) -> str:
                               capture_output=True, text=True, check=True).stdout.strip()
 
 
-def _manifest(sandbox, node, path=MANIFEST):
-    return json.loads(sandbox.on(node, "cat", path))
+def _served(sandbox, node) -> str:
+    """The version directory the served path points at."""
+    return sandbox.on(node, "readlink", "-f", MODEL)
+
+
+def _manifest(sandbox, node):
+    """The manifest of the version that serves."""
+    return json.loads(sandbox.on(node, "cat", _served(sandbox, node) + ".vllmops-manifest.json"))
 
 
 def _said(run) -> str:
@@ -71,7 +77,10 @@ def test_the_model_was_downloaded_once_and_copied_to_the_worker(sandbox):
     for node in sandbox.nodes:
         labels = json.loads(sandbox.on(node, "docker", "inspect", "-f", "{{json .Config.Labels}}", "vllmops-vllm"))
         assert labels["io.vllmops.model"] == head["digest"], node
-    assert sandbox.on(sandbox.head, "stat", "--format", "%a", MANIFEST) == "644"
+    assert sandbox.on(sandbox.head, "stat", "--format", "%a", _served(sandbox, sandbox.head) + ".vllmops-manifest.json") == "644"
+    # the served path is a link into the versions, named by the digest
+    assert _served(sandbox, sandbox.head) == f"{VERSIONS}/{head['digest'][7:23]}"
+    assert sandbox.on(sandbox.head, "readlink", MODEL) == f".vllmops-versions/sandbox-tiny/{head['digest'][7:23]}"
 
 
 def test_a_rerun_copies_nothing_and_a_lost_or_corrupted_copy_is_restored(sandbox):
@@ -80,8 +89,9 @@ def test_a_rerun_copies_nothing_and_a_lost_or_corrupted_copy_is_restored(sandbox
     rerun = _model_run(sandbox)
     assert f"Every node holds {MODEL} ({head['digest'][:19]}" in _said(rerun)
 
-    # Lost: the whole directory on the worker, restored from the head (not the hub).
-    sandbox.on(sandbox.worker, "rm", "-rf", MODEL, MANIFEST)
+    # Lost: the served version and the link on the worker, restored from the head (not the hub).
+    served = _served(sandbox, sandbox.worker)
+    sandbox.on(sandbox.worker, "rm", "-rf", MODEL, served, served + ".vllmops-manifest.json")
     restored = _model_run(sandbox)
     assert f"Copying {len(head['files'])} files" in _said(restored)
     assert f"from {sandbox.head} to {sandbox.worker}." in _said(restored)

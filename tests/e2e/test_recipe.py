@@ -79,8 +79,8 @@ def test_logs_shows_every_rank_with_its_diagnosis(sandbox):
 
 
 def test_stop_keeps_everything_and_start_serves_again_on_the_same_configuration(sandbox):
-    kept = {node: (sandbox.unit(node), sandbox.on(node, "sh", "-c", "cat /etc/vllmops/last-good/member.json; "
-                                                 "ls -l --time-style=+%s /etc/vllmops/last-good /etc/vllmops/previous 2>/dev/null; true"))
+    kept = {node: (sandbox.unit(node), sandbox.on(node, "sh", "-c", "cat /etc/vllmops/releases/index.json; "
+                                                 "ls -l --time-style=+%s /etc/vllmops/releases 2>/dev/null; true"))
             for node in sandbox.nodes}
     images = {node: sandbox.on(node, "docker", "images", "--quiet", "--no-trunc") for node in sandbox.nodes}
     stopped = sandbox.playbook("playbooks/stop.yml")
@@ -105,8 +105,8 @@ def test_stop_keeps_everything_and_start_serves_again_on_the_same_configuration(
         assert sandbox.active(node, "vllmops-vllm")
         assert sandbox.on(node, "systemctl", "is-enabled", "vllmops-vllm") == "enabled"
     assert sandbox.active(sandbox.head, "vllmops-vllm-health.timer")
-    # the same configuration: the units as they were, still the last working one, the one before it untouched
-    assert {node: (sandbox.unit(node), sandbox.on(node, "sh", "-c", "cat /etc/vllmops/last-good/member.json; "
-                                                  "ls -l --time-style=+%s /etc/vllmops/last-good /etc/vllmops/previous 2>/dev/null; true"))
+    # the same release: the units as they were, still the last working one, the one before it untouched
+    assert {node: (sandbox.unit(node), sandbox.on(node, "sh", "-c", "cat /etc/vllmops/releases/index.json; "
+                                                  "ls -l --time-style=+%s /etc/vllmops/releases 2>/dev/null; true"))
             for node in sandbox.nodes} == kept
     print(f"start.yml served again {took:.0f} s after it began")

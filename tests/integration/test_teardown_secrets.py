@@ -19,16 +19,20 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PLAY = yaml.safe_load((ROOT / "playbooks/teardown.yml").read_text())[0]
-SECRETS = ["vllm.env", "last-good/vllm.env", "previous/vllm.env"]
+SECRETS = ["vllm.env", "releases", "last-good/vllm.env", "previous/vllm.env"]
+# The releases kept for a rollback: copies of vLLM's environment and the proxy's configuration, and the API key.
+RELEASE_FILES = ["releases/r-0123456789ab/files/vllm.env", "releases/r-0123456789ab/files/nginx.conf", "releases/r-0123456789ab/secret"]
 OTHERS = ["cluster.env", "last-good/member.json", "last-good/vllmops-vllm.service", "previous/plan.json"]
 
 
 def _node(root: Path) -> dict:
     """A node's files under root, and the settings that point the play at them."""
-    for name in [*SECRETS, *OTHERS, "ray/auth_token", "api-proxy/nginx.conf", "api-proxy/tls/0123.key"]:
+    for name in [*(name for name in SECRETS if name != "releases"), *RELEASE_FILES, *OTHERS, "ray/auth_token", "api-proxy/nginx.conf",
+                 "api-proxy/tls/0123.key"]:
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         (root / name).write_text("VLLM_API_KEY=k\nHF_TOKEN=hf_x\n" if name.endswith(".env") else "x\n")
-    return {"vllm_serve_env_file": str(root / "vllm.env"), "vllm_serve_last_good_dir": str(root / "last-good"),
+    return {"vllm_serve_env_file": str(root / "vllm.env"), "vllm_serve_releases_dir": str(root / "releases"),
+            "vllm_serve_last_good_dir": str(root / "last-good"),
             "vllm_serve_previous_dir": str(root / "previous"), "vllmops_api_proxy_dir": str(root / "api-proxy"),
             "vllmops_ray_token_file": str(root / "ray/auth_token"), "vllmops_cluster_env_file": str(root / "cluster.env")}
 

@@ -323,3 +323,39 @@ def test_the_same_image_on_both_image_stores_is_one_image_and_other_content_is_n
         "the image differs between the nodes (by content ID): spark-1 sha256:085d8ea2e75d, spark-2 sha256:bbbbbbbbbbbb"]
     # A report of the previous version (no content ID) is judged as before: not at all.
     assert status_report(MP_NODES, "spark-1", plan=plan("mp"), api=API_OK)["verdict"] == "OK"
+
+
+def released(current, matches=True, last_good=None, previous="r-000000000001"):
+    return {"current": current, "last_good": last_good or current, "previous": previous, "matches": matches}
+
+
+def test_every_node_on_one_release_says_which_and_the_one_before():
+    nodes = {host: dict(reported, release=released("r-0123456789ab")) for host, reported in MP_NODES.items()}
+    report = status_report(nodes, "spark-1", plan=plan("mp"), ray={"skipped": True}, api=API_OK)
+    assert "release: r-0123456789ab on every node (last good r-0123456789ab, previous r-000000000001)" in report["lines"]
+    assert report["verdict"] == "OK"
+    assert report["document"]["nodes"][1]["release"] == released("r-0123456789ab")
+    jsonschema.validate(report["document"], SCHEMA)
+
+
+@pytest.mark.parametrize(("releases", "problem"), [
+    ((released("r-0123456789ab"), released("r-aaaaaaaaaaaa")),
+     "the nodes serve different releases: spark-1 r-0123456789ab, spark-2 r-aaaaaaaaaaaa"),
+    ((released("r-0123456789ab"), released("r-0123456789ab", matches=False)),
+     "files of the release differ from its record on: spark-2 (edited by hand, or a switch that did not finish: "
+     "deploy.yml, or playbooks/rollback.yml)"),
+])
+def test_nodes_on_different_releases_or_off_their_record_are_degraded(releases, problem):
+    nodes = {host: dict(reported, release=release) for (host, reported), release in zip(MP_NODES.items(), releases, strict=True)}
+    report = status_report(nodes, "spark-1", plan=plan("mp"), ray={"skipped": True}, api=API_OK)
+    assert report["verdict"] == "DEGRADED"
+    assert report["problems"] == [problem]
+    assert report["lines"][-1] == f"DEGRADED: {problem}"
+    jsonschema.validate(report["document"], SCHEMA)
+
+
+def test_a_cluster_without_releases_yet_is_not_degraded_for_it():
+    nodes = {host: dict(reported, release={"current": None, "last_good": None, "previous": None, "matches": None})
+             for host, reported in MP_NODES.items()}
+    report = status_report(nodes, "spark-1", plan=plan("mp"), ray={"skipped": True}, api=API_OK)
+    assert report["verdict"] == "OK"

@@ -55,17 +55,34 @@ def hub(load_script, tmp_path_factory):
         yield server, revision, source
 
 
-def test_download_checks_the_hub_hashes_swaps_in_and_writes_the_manifest(hub, tmp_path):
+def test_download_checks_the_hub_hashes_and_keeps_a_version_with_its_manifest(hub, tmp_path):
     server, revision, source = hub
     target = tmp_path / "models" / "tiny"
     manifest, downloaded = Hub(LocalEngine(), "image", server.url).download("org/model", revision, str(target))
     assert downloaded == sum(p.stat().st_size for p in source.iterdir())
-    assert sorted(os.listdir(target)) == ["config.json", "model.safetensors"]  # no .cache left
+    assert manifest["path"] == model_files.version_path(str(target), manifest["digest"])
+    assert sorted(os.listdir(manifest["path"])) == ["config.json", "model.safetensors"]  # no .cache left
     assert not os.path.exists(model_files.staging_path(str(target)))
     assert manifest["files"]["model.safetensors"]["sha256"] == hashlib.sha256(
         (source / "model.safetensors").read_bytes()).hexdigest()
     assert manifest["source"] == {"hub": "org/model", "revision": revision, "endpoint": server.url}
-    assert model_files.read_manifest(str(target))["digest"] == manifest["digest"]
+    assert model_files.read_manifest(manifest["path"]) == manifest
+    # Nothing was served there yet: the path links to the version now, relatively.
+    assert os.readlink(target) == f".vllmops-versions/tiny/{manifest['digest'][7:23]}"
+    assert (target / "model.safetensors").read_bytes() == (source / "model.safetensors").read_bytes()
+
+
+def test_a_download_beside_a_served_version_does_not_change_what_is_served(hub, tmp_path):
+    server, revision, _source = hub
+    target = tmp_path / "models" / "tiny"
+    staging = Path(model_files.staging_path(str(target)))
+    staging.mkdir(parents=True)
+    (staging / "config.json").write_text('{"architectures": ["Served"]}')
+    served = model_files.commit_version(str(staging), str(target), model_files.scan(str(staging))[0], {})
+    manifest, _downloaded = Hub(LocalEngine(), "image", server.url).download("org/model", revision, str(target))
+    assert model_files.served_version(str(target)) == served["path"] != manifest["path"]
+    assert os.listdir(target) == ["config.json"] and sorted(os.listdir(manifest["path"])) == ["config.json",
+                                                                                              "model.safetensors"]
 
 
 def test_the_config_is_read_before_any_weight_file_is_fetched(hub):
