@@ -227,8 +227,8 @@ def test_info_reports_the_index_records_live_files_and_whether_they_match(node, 
     assert "secret" not in store.info(files)
 
 
-def test_a_file_of_ours_the_release_does_not_hold_is_another_release(node, tmp_path):
-    etc, files, store = node
+def test_a_file_of_ours_the_release_does_not_hold_is_another_release(node):
+    _etc, files, store = node
     keep(store, "A", files[1:])  # a node that ran no rank: no vLLM unit in its release
     assert store.info(files[1:])["matches"] is True
     assert store.info(files)["matches"] is False  # now it has one: the release that serves is another
