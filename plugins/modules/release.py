@@ -90,7 +90,7 @@ options:
     description:
       - The path the model is served at (a link to one of its versions, kept side by side by digest).
       - O(state=kept) - remove the versions of it that no kept release serves.
-      - O(state=restored) - serve the restored release's C(model.version) at it, when the record has one (unset: at the
+      - O(state=restored) - serve the restored release's C(model.version) at it, when the record has one (unset, at the
         record's C(model.path)).
       - O(state=linked) - serve O(model_version) at it.
     type: path
