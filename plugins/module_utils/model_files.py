@@ -506,4 +506,3 @@ def _copy_exactly(reader, size, name, out):
             hashing.update(piece)
             out.write(piece)
     return hashing.hexdigest()
-
