@@ -41,7 +41,8 @@ options:
   write:
     description:
       - Write the manifest when it changed (never in check mode). The manifest's O(source) is kept.
-      - Also moves a model directory of the layout before versions to its version directory (not with O(manifest_file)).
+      - A model directory of the layout before versions (its manifest beside it) is moved to its version directory
+        either way, once (not with O(manifest_file), never in check mode).
     type: bool
     default: true
   manifest_file:
@@ -222,7 +223,8 @@ def main():
         module.fail_json(msg=f"the model path {path} is not absolute")
     try:
         adopted = False
-        if params["write"] and not params["manifest_file"]:  # a directory with its manifest elsewhere is not ours
+        # The layout before versions becomes a version once, write or not: the manifest moves as it is.
+        if not params["manifest_file"]:  # a directory with its manifest elsewhere is not ours
             adopted = model_files.legacy_manifest(path) is not None
             if adopted and not module.check_mode:
                 model_files.adopt(path)
