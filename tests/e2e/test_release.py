@@ -106,10 +106,9 @@ def test_a_copy_cut_on_node2_changes_nothing_that_serves_and_the_next_run_comple
     new = {"model_hub_repo": "sandbox/tiny-llama-v3", "model_hub_revision": revision}
     head_ip = sandbox.on(sandbox.head, "sh", "-c", ". /etc/vllmops/cluster.env; echo $VLLM_HOST_IP")
     # node2 lets 512 KiB of the model's stream in, then nothing: the copy stalls mid-file and times out.
-    sandbox.on(sandbox.worker, "nft", "-f", "-", check=True) if False else None
-    rules = (f"table inet vllmops_test_cut {{ chain input {{ type filter hook input priority -10; "
-             f"ip saddr {head_ip} tcp sport 29701 quota over 512 kbytes drop; }} }}")
-    sandbox.on(sandbox.worker, "nft", rules)
+    sandbox.on(sandbox.worker, "sh", "-c", "nft add table inet vllmops_test_cut && nft add chain inet vllmops_test_cut input "
+               "'{ type filter hook input priority -10 ; }' && nft add rule inet vllmops_test_cut input "
+               f"ip saddr {head_ip} tcp sport 29701 quota over 512 kbytes drop")
     try:
         cut = sandbox.deploy(tags=TAGS, extra={**new, "model_copy_idle_timeout": 10})
     finally:
