@@ -460,11 +460,21 @@ def legacy_release(directory: str, release_id: str, legacy: dict, node: str) -> 
               "sha256": model_files.sha256_file(source), "name": name}
              for name, source in zip(names, sources, strict=True)]
     created = datetime.datetime.fromtimestamp(os.stat(directory).st_mtime, datetime.UTC).isoformat(timespec="seconds")
-    record = _plain({"schema": SCHEMA, "id": release_id, "node": node, "created": created, "member": member,
-                     "plan": plan if isinstance(plan, dict) else None,
+    plan = plan if isinstance(plan, dict) else None
+    record = _plain({"schema": SCHEMA, "id": release_id, "node": node, "created": created, "member": member, "plan": plan,
                      "image": {"content_id": member.get("image_content_id"), "local_id": member.get("image_id")},
-                     "model": None, "files": files, "digests": {}})
+                     "model": _served_model(plan) if release_id == LEGACY_IDS["last_good"] else None,
+                     "files": files, "digests": {}})
     return record, sources
+
+
+def _served_model(plan: dict | None) -> dict | None:
+    """The model version the plan's model path serves now (the last working configuration of the layout before
+    releases served it: the model role made its directory a version in this run), None when there is none."""
+    path = (plan or {}).get("model_path") or ""
+    version = model_files.served_version(path) if path.startswith("/") else None
+    manifest = model_files.read_manifest(version) if version and version != path else None
+    return {"path": path, "digest": manifest["digest"], "version": version} if manifest and manifest.get("digest") else None
 
 
 def _unwanted_versions(model_path: str, wanted: set) -> tuple[list[str], int]:

@@ -426,3 +426,20 @@ def test_nothing_to_migrate_changes_nothing(legacy, tmp_path):
     options, _ = legacy
     assert release.migrate(str(tmp_path / "releases"), options, "head") == {"migrated": [], "removed": [], "warnings": [], "changed": False}
     assert not (tmp_path / "releases").exists()
+
+
+def test_the_migrated_last_working_release_serves_the_model_version_its_path_points_at(legacy, tmp_path):
+    """The model role made the served directory a version in the same run, before the migration: the last working
+    configuration served it, so a rollback to it flips the served path back to it."""
+    options, dirs = legacy
+    model = make_version(tmp_path / "models", "m", b"old" * 1000)
+    serve(model)
+    fill(dirs["last_good"], {"vllmops-vllm.service": "unit\n", "member.json": json.dumps({"rank": 0, "runs_vllm": True, "serves_http": True}),
+                             "plan.json": json.dumps({"model_path": model["path"]})})
+    store = Store(str(tmp_path / "releases"))
+    store.migrate(options, "node-1")
+    assert store.read("legacy-last-good")["model"] == model
+    newer = make_version(tmp_path / "models", "m", b"new" * 1000)
+    serve(newer)
+    assert store.restore("last_good")["model_changed"] is True
+    assert os.path.realpath(model["path"]) == model["version"]
