@@ -7,7 +7,7 @@ forward to the inventory's configuration again. Each step, one after the
 other in one run, from this machine through the proxy with the key the
 deployment left here (as a client holds it):
 
-    .venv/bin/python scripts/bench-release-outage [--inventory inventories/sandbox]
+    .venv/bin/python benchmarks/release_outage_bench.py [--inventory inventories/sandbox]
 
 prints, per step, the run's wall time, the outage (the longest stretch of
 /v1/models asked every 0.2 s that did not answer 200) and the failed polls.
