@@ -11,21 +11,29 @@ import os
 import tempfile
 
 
-def write_json(path, data, mode=0o644, **dump_options):
-    """Write data to path through a temporary file in the same directory and a rename, with mode (a reader sees
-    the old file or the new one, never a part). Creates the directory (0755) when missing."""
+def write_whole(path, fill, mode=0o644, binary=False, owner=None):
+    """Write path through a temporary file in the same directory and a rename, with mode (and owner, (uid, gid),
+    when given): a reader sees the old file or the new one, never a part. fill(out) writes the content. Creates the
+    directory (0755) when missing."""
     directory = os.path.dirname(path) or "."
     os.makedirs(directory, mode=0o755, exist_ok=True)
     fd, partial = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")  # 0600
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(data, out, **dump_options)
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as out:
+            fill(out)
+        if owner is not None:
+            os.chown(partial, *owner)
         os.chmod(partial, mode)
         os.replace(partial, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(partial)
         raise
+
+
+def write_json(path, data, mode=0o644, **dump_options):
+    """Write data to path as JSON, whole or not at all (write_whole)."""
+    write_whole(path, lambda out: json.dump(data, out, **dump_options), mode)
 
 
 def read_documents(directory, schema, suffix=".json", exclude=""):

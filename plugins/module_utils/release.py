@@ -18,16 +18,14 @@ The layout before it (two directories of copies, /etc/vllmops/last-good and
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import json
 import os
 import re
 import shutil
-import tempfile
 
 from ansible_collections.vllmops.cluster.plugins.module_utils import model_files
-from ansible_collections.vllmops.cluster.plugins.module_utils.json_file import write_json
+from ansible_collections.vllmops.cluster.plugins.module_utils.json_file import write_json, write_whole
 
 SCHEMA = "vllmops.release/1"
 INDEX_SCHEMA = "vllmops.release-index/1"
@@ -112,21 +110,12 @@ def _unique_names(paths: list[str]) -> list[str]:
 
 
 def _write_file(source: str, path: str, mode: int, owner_root: bool) -> None:
-    """Copy source to path whole or not at all (a temporary file beside it and a rename), with mode."""
-    directory = os.path.dirname(path) or "."
-    os.makedirs(directory, mode=0o755, exist_ok=True)
-    fd, partial = tempfile.mkstemp(dir=directory, prefix=f".{os.path.basename(path)}.")
-    try:
-        with os.fdopen(fd, "wb") as out, open(source, "rb") as handle:
+    """Copy source to path whole or not at all, with mode (owned by root when owner_root)."""
+    def fill(out):
+        with open(source, "rb") as handle:
             shutil.copyfileobj(handle, out)
-        if owner_root:
-            os.chown(partial, 0, 0)
-        os.chmod(partial, mode)
-        os.replace(partial, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(partial)
-        raise
+
+    write_whole(path, fill, mode, binary=True, owner=(0, 0) if owner_root else None)
 
 
 class Store:
