@@ -137,13 +137,9 @@ class Store:
         """The index; an empty one where none was written yet."""
         if self._planned_index is not None:
             return dict(self._planned_index)
-        try:
-            with open(self._path("index.json"), encoding="utf-8") as handle:
-                data = json.load(handle)
-        except FileNotFoundError:
+        data = _read_json(self._path("index.json"), "reading")
+        if data is None:
             return empty_index()
-        except (OSError, ValueError) as err:
-            raise ReleaseError(f"reading {self._path('index.json')}: {err}") from err
         if not isinstance(data, dict) or data.get("schema") != INDEX_SCHEMA:
             raise ReleaseError(f"{self._path('index.json')} is not a release index ({INDEX_SCHEMA}): move it aside")
         return {"schema": INDEX_SCHEMA, **{slot: data.get(slot) for slot in SLOTS}}
@@ -161,13 +157,9 @@ class Store:
         if release_id in self._planned_records:
             return self._planned_records[release_id]
         path = self._path(release_id, "release.json")
-        try:
-            with open(path, encoding="utf-8") as handle:
-                record = json.load(handle)
-        except FileNotFoundError:
-            raise ReleaseError(f"the release {release_id!r} is not kept on this node ({path} is missing)") from None
-        except (OSError, ValueError) as err:
-            raise ReleaseError(f"reading {path}: {err}") from err
+        record = _read_json(path, "reading")
+        if record is None:
+            raise ReleaseError(f"the release {release_id!r} is not kept on this node ({path} is missing)")
         if not isinstance(record, dict) or record.get("schema") != SCHEMA:
             raise ReleaseError(f"{path} is not a release record ({SCHEMA}): refusing it")
         if record.get("id") != release_id:
@@ -420,14 +412,15 @@ def migrate(root: str, legacy: dict, node: str, check_mode: bool = False) -> dic
     return Store(root, check_mode).migrate(legacy, node)
 
 
-def _read_json(path: str):
+def _read_json(path: str, doing: str = "migrating"):
+    """The JSON at path, None when there is no file; ReleaseError naming what was being done when it cannot be read."""
     try:
         with open(path, encoding="utf-8") as handle:
             return json.load(handle)
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as err:
-        raise ReleaseError(f"migrating {path}: {err}") from err
+        raise ReleaseError(f"{doing} {path}: {err}") from err
 
 
 def legacy_release(directory: str, release_id: str, legacy: dict, node: str) -> tuple[dict, list[str]]:
