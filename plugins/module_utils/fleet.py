@@ -286,7 +286,7 @@ class _Fleet:
 
     def _replica(self, service, index, placed, prefix):
         name, layout = service["name"], service["layout"]
-        replica_id, hosts = f"{name}-{index}", [host for host, _ in placed]
+        replica_id, hosts = f"{name}-{index}", [pair[0] for pair in placed]
         head_address = self.nodes[hosts[0]].get("address") or ""
         port = self._api_port(service, replica_id, hosts)
         spans, dp = len(hosts) > 1, layout["data_parallel_size"]
