@@ -31,7 +31,7 @@ SANDBOX_HUB_PORT ?= 29780
 SANDBOX_HUB_DIR ?= $(HOME)/.cache/vllmops/hub
 SANDBOX_GATEWAY = $(shell python3 -c "import ipaddress; print(next(ipaddress.ip_network('$(SANDBOX_MGMT_CIDR)').hosts()))")
 
-.PHONY: venv venv-oldest test sandbox sandbox-images sandbox-down build clean
+.PHONY: venv venv-oldest test sandbox sandbox-fleet sandbox-images sandbox-down build clean
 
 venv: $(VENV)/.installed
 
@@ -57,22 +57,31 @@ sandbox: venv
 	model=$$($(PY) tests/sandbox/serving/real_vllm.py model) && \
 	revision=$$($(PY) tests/sandbox/hub.py publish --root $(SANDBOX_HUB_DIR) --repo sandbox/tiny-llama --source $$model) && \
 	$(PY) tests/sandbox/hub.py publish --root $(SANDBOX_HUB_DIR) --repo sandbox/tiny-gated --source $$model >/dev/null && \
+	$(PY) tests/sandbox/hub.py publish --root $(SANDBOX_HUB_DIR) --repo sandbox/tiny-b --source $$model >/dev/null && \
 	mkdir -p $(SANDBOX_INVENTORY) && \
 	$(if $(filter inventories/sandbox,$(SANDBOX_INVENTORY)),,ln -sfn $(CURDIR)/inventories/sandbox/group_vars $(SANDBOX_INVENTORY)/group_vars &&) \
 	$(PY) tests/sandbox/nodes.py up --prefix $(SANDBOX_PREFIX) --count $(SANDBOX_NODES) \
 	  --network $(SANDBOX_PREFIX)-mgmt=$(SANDBOX_MGMT_CIDR) --network $(SANDBOX_PREFIX)-cluster=$(SANDBOX_CLUSTER_CIDR) \
-	  $(foreach n,$(shell seq $(SANDBOX_NODES)),--gpus gb10:1) --copy "$$($(PY) tests/sandbox/gpu/toolkit_repo.py build):/srv/vllmops-nvidia-repo" \
+	  $(foreach n,$(shell seq $(SANDBOX_NODES)),--gpus gb10:$(if $(and $(SANDBOX_FLEET),$(filter 1,$(n))),2,1)) --copy "$$($(PY) tests/sandbox/gpu/toolkit_repo.py build):/srv/vllmops-nvidia-repo" \
 	  $(if $(filter real,$(SANDBOX_SERVING)),--var model_hub_repo=sandbox/tiny-llama --var model_hub_revision=$$revision \
 	    --var model_hub_endpoint=http://$(SANDBOX_GATEWAY):$(SANDBOX_HUB_PORT),--var model_controller_path=$$model --var model_source=controller) \
 	  --inventory $(SANDBOX_INVENTORY)/hosts.yml --var nccl_cluster_cidr=$(SANDBOX_CLUSTER_CIDR) \
 	  --var image_archive=$$($(SANDBOX_IMAGE_TOOL) archive) --var vllmops_image=$$($(SANDBOX_IMAGE_TOOL) name) \
 	  $(if $(filter standin,$(SANDBOX_SERVING)),--var vllmops_backend=ray) \
-	  --var vllmops_recipe=$(CURDIR)/tests/sandbox/recipes/sandbox-$(if $(filter real,$(SANDBOX_SERVING)),tiny,standin).yml \
+	  $(if $(SANDBOX_FLEET),--var "vllmops_services=$$(tr -d '\n' < tests/sandbox/fleet-services.json)",--var vllmops_recipe=$(CURDIR)/tests/sandbox/recipes/sandbox-$(if $(filter real,$(SANDBOX_SERVING)),tiny,standin).yml) \
 	  --var 'vllmops_api_allowed_cidrs=["$(SANDBOX_MGMT_CIDR)"]' --var 'vllmops_metrics_allowed_cidrs=["$(SANDBOX_MGMT_CIDR)"]' >/dev/null
 	$(PY) tests/sandbox/hub.py start --root $(SANDBOX_HUB_DIR) --address $(SANDBOX_GATEWAY) --port $(SANDBOX_HUB_PORT) \
 	  --gated sandbox/tiny-gated=sandbox-gated-token --pidfile $(SANDBOX_HUB_DIR)/$(SANDBOX_PREFIX).pid >/dev/null
 	ansible-playbook deploy.yml -i $(SANDBOX_INVENTORY)
 	$(PY) tests/sandbox/endpoint.py $(SANDBOX_INVENTORY)
+
+# `make sandbox` serving several services behind the one endpoint
+# (docs/operations.md, "Several services and replicas"): the tiny model as two
+# replicas (TP 1, one per node) and a second tiny model, its own served name,
+# beside the first replica (node1 gets a second simulated GPU for it):
+# tests/sandbox/fleet-services.json. `make sandbox` stays the TP-2 example.
+sandbox-fleet:
+	$(MAKE) --no-print-directory sandbox SANDBOX_FLEET=1
 
 # What `make sandbox` builds before any node starts (each cached per recipe),
 # and the Ray stand-in's archive and the toolkit repository the second sandbox

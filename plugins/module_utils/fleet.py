@@ -34,8 +34,8 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.plan import PlanEr
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,47}$")
 # The layout keys of a service and their defaults (data_parallel_size_local 0: derived).
 LAYOUT = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 1, "data_parallel_size_local": 0}
-KEYS = ("name", "model", "image", "recipe", "args", "nodes", "group", "gpus", *LAYOUT, "enable_expert_parallel",
-        "replicas", "port")
+KEYS = ("name", "model", "revision", "image", "recipe", "args", "env", "nodes", "group", "gpus", *LAYOUT,
+        "enable_expert_parallel", "replicas", "port")
 _RANKS = " (the fleet gives each unit its rank and each replica its head)"
 # The flags the fleet sets on a unit, each with what decides it instead: in a service's args they would be
 # overwritten, or rendered twice.
@@ -145,6 +145,13 @@ def _service(raw, position, counts, groups, model_dir):
     if not isinstance(args, dict):
         raise FleetError(f"{where} sets args {args!r}: write the extra vllm serve flags as a mapping (max_model_len: 8192)")
     _owned(args, where)
+    env = raw.get("env") or {}
+    if not isinstance(env, dict):
+        raise FleetError(f"{where} sets env {env!r}: write the container's extra environment as a mapping (NAME: value)")
+    revision = raw.get("revision") or ("" if model.startswith("/") else "main")
+    if revision and (model.startswith("/") or not isinstance(revision, str)):
+        raise FleetError(f"{where} sets revision {revision!r}: a revision (a branch, tag or commit) goes with a hub id "
+                         "(org/name) only")
     layout = {key: _count(raw, key, where, 1 if key != "data_parallel_size_local" else 0, default) for key, default in LAYOUT.items()}
     tp, dp, dp_local = layout["tensor_parallel_size"], layout["data_parallel_size"], layout["data_parallel_size_local"]
     if dp_local and (dp_local > dp or dp % dp_local):
@@ -160,7 +167,10 @@ def _service(raw, position, counts, groups, model_dir):
     if port > 65535:
         raise FleetError(f"{where} sets port {port}: set a port up to 65535, or leave it out to have one assigned")
     hosts = _hosts(raw, where, counts, groups)
+    # Where the model lies on every node: a hub id is downloaded into model_dir, under the service's name.
+    path = model if model.startswith("/") else f"{model_dir.rstrip('/')}/{name}"
     return {"name": name, "where": where, "unit_suffix": re.sub(r"[._]", "-", name), "model": model,
+            "repo": "" if model.startswith("/") else model, "revision": revision, "path": path, "env": env,
             "image": raw.get("image"), "recipe": raw.get("recipe"), "args": args, "hosts": hosts,
             "gpus": _own_gpus(raw, where, hosts, counts), "layout": {**layout, "enable_expert_parallel": expert},
             "replicas": _count(raw, "replicas", where, 1, 1), "port": port}
@@ -312,7 +322,7 @@ def _flags(service, rank, nnodes, local_gpus, head_address, port, master_port, r
     layout = service["layout"]
     tp, pp, dp = layout["tensor_parallel_size"], layout["pipeline_parallel_size"], layout["data_parallel_size"]
     flags = {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "served_model_name": service["name"],
-             "model": service["model"], "port": port}
+             "model": service["path"], "port": port}
     if dp > 1:
         flags["data_parallel_size"] = dp
         if nnodes > 1:
@@ -388,7 +398,8 @@ def make_fleet(services, nodes, groups=None, model_dir="/srv/models", base_port=
         upstreams[service["name"]] = [host_port(r["head_address"], r["port"]) for r in replicas if r["head_address"]]
         layout = service["layout"]
         planned.append({"name": service["name"], "unit_suffix": service["unit_suffix"], "model": service["model"],
-                        "image": service["image"], "recipe": service["recipe"], "args": service["args"],
+                        "repo": service["repo"], "revision": service["revision"], "path": service["path"],
+                        "env": service["env"], "image": service["image"], "recipe": service["recipe"], "args": service["args"],
                         "layout": layout, "gpus_per_replica": layout["tensor_parallel_size"] * layout["pipeline_parallel_size"]
                         * layout["data_parallel_size"], "replicas": replicas})
     return {"services": planned, "hosts": hosts, "upstreams": upstreams,

@@ -7,7 +7,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 module: fleet_plan
 short_description: Plan several services and their replicas on the cluster's nodes - GPUs, ports, units and flags
-version_added: 0.4.0
+version_added: 0.5.0
 description:
   - Assigns every service of O(services) (the inventory's C(vllmops_services)) and every replica of it its nodes, its
     GPUs on each node, its API port and units, and the C(vllm serve) flags of each unit - tensor, pipeline and data

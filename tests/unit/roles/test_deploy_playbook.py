@@ -77,11 +77,14 @@ def test_the_whole_change_is_checked_before_the_weights_move_or_anything_serving
     memory; a refusal there must come before the model play downloads or copies, and before earlyoom, the
     exporters, Ray, the proxy or vLLM change. What the check needs (the engine, the cluster network and its
     firewall, the image) comes before it."""
-    check = _index(lambda play: "plan" in play.get("tags", []))
+    plan = _index(lambda play: "plan" in play.get("tags", []))
+    check = _index(lambda play: "tasks_from': 'validate.yml'" in str(play.get("tasks")))
+    # The check follows the plan at once (its own play: with several services the fleet role checks each unit).
+    assert check == plan + 1 and "plan" in PLAYS[check]["tags"]
     tasks = str(PLAYS[check].get("tasks"))
     assert tasks.index("tasks_from': 'facts.yml'") < tasks.index("tasks_from': 'validate.yml'"), tasks
     after = {tag for play in PLAYS[check + 1:] for tag in play.get("tags", [])}
-    before = {tag for play in PLAYS[:check] for tag in play.get("tags", [])}
+    before = {tag for play in PLAYS[:plan] for tag in play.get("tags", [])}
     assert {"model", "host_memory", "metrics_exporters", "ray_cluster", "api_proxy", "vllm_serve"} <= after
     assert not before & {"model", "host_memory", "metrics_exporters", "ray_cluster", "api_proxy", "vllm_serve"}, before
     assert {"docker", "nvidia_container_toolkit", "nccl", "firewall", "image"} <= before

@@ -64,7 +64,7 @@ def test_three_sparks_a_tp2_replica_spans_two_nodes_and_the_coder_takes_the_thir
     first = expected["big"][0].split("+")[0][:-3]
     assert head["unit"] == "vllmops-vllm-big-0" and worker["unit"] == "vllmops-vllm-big-0-r1"
     assert head["host"] == first and head["serves_http"] and not worker["serves_http"]
-    common = {"tensor_parallel_size": 2, "pipeline_parallel_size": 1, "served_model_name": "big", "model": "Qwen/Qwen3-30B-A3B",
+    common = {"tensor_parallel_size": 2, "pipeline_parallel_size": 1, "served_model_name": "big", "model": "/srv/models/big",
               "port": 8100, "nnodes": 2, "master_addr": f"10.0.0.{first[-1]}", "master_port": 29600}
     assert head["flags"] == {**common, "node_rank": 0}
     assert worker["flags"] == {**common, "node_rank": 1, "headless": True}
@@ -86,7 +86,7 @@ def test_dp2_with_expert_parallel_over_two_single_gpu_nodes():
                        SPARKS[:2], reserved_ports={29700: "the image copy"})
     [replica] = fleet["services"][0]["replicas"]
     head, worker = replica["units"]
-    common = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "served_model_name": "moe", "model": "Qwen/Qwen3-30B-A3B",
+    common = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "served_model_name": "moe", "model": "/srv/models/moe",
               "port": 8100, "data_parallel_size": 2, "data_parallel_size_local": 1, "data_parallel_address": "10.0.0.1",
               "data_parallel_rpc_port": 29701, "enable_expert_parallel": True}
     assert head["flags"] == common
