@@ -5,7 +5,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: status_report
-short_description: The status table of the cluster and its verdict, OK or DEGRADED
+short_description: The status table of the cluster and its verdict, OK, DEGRADED or DOWN
 version_added: 0.1.0
 description:
   - Renders what every node reported (C(playbooks/status.yml) gathers it) as one row per node, a line with the
@@ -20,6 +20,12 @@ description:
     releases, or a node's files differ from the release it recorded.
   - With O(health), lines on the head watchdog - its timer, the last check, the last event (when, what it saw, what
     it did, and when the service answered again).
+  - With O(fleet) (several services, C(vllmops_services)), a second table - one line per service (its model, layout,
+    replicas answering of all, and whether the API lists it) and one indented line per replica (its nodes, port,
+    whether it answers C(/health) and the state of each of its units). The verdict is then C(DOWN) when a service has
+    no replica answering, C(DEGRADED) when a replica does not answer (its service still serves), a unit of a replica
+    is not active, the API does not list a service, or for any reason above that is not the single service's own (the
+    Ray, rank, watchdog, model and release checks are not made); else C(OK).
 positional: _input
 options:
   _input:
@@ -33,6 +39,9 @@ options:
         C(model), the model role's manifest on the node - C(digest) (empty without one) and C(stale) (files
         changed since it); optionally C(release), what M(vllmops.cluster.release) says of the node - C(current),
         C(last_good), C(previous) (release IDs) and C(matches) (its files are those the current release recorded).
+      - With O(fleet), C(units) maps each unit of the services the host runs to its state (C(systemctl is-active)),
+        and C(replicas) maps each replica the host heads to the HTTP status its C(/health) answered the host
+        (-1 when nothing answered).
     type: dict
     required: true
   hosts:
@@ -67,6 +76,11 @@ options:
       - These and the alive Ray nodes whose address no node of the input has are the cluster's extra members; one
         problem names them all, with how to remove them (C(playbooks/remove_node.yml)).
     type: dict
+  fleet:
+    description:
+      - The services' plan (C(vllmops_fleet), M(vllmops.cluster.fleet_plan)'s C(fleet)); the report is then per service
+        and replica, and O(plan), O(ray) and O(health) are not read. O(api) is C(/v1/models) through the API proxy.
+    type: dict
 """
 
 EXAMPLES = r"""
@@ -78,6 +92,14 @@ EXAMPLES = r"""
       {{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'node_status')))
          | vllmops.cluster.status_report(hosts=ansible_play_hosts_all, head='spark-1', plan=vllmops_plan,
                                          ray=ray_info, api=models, peers={'spark-1': ['10.0.0.9']}) }}
+
+- name: Print the status of several services (vllmops_services)
+  ansible.builtin.debug:
+    msg: "{{ report.text }}"
+  vars:
+    report: >-
+      {{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, 'node_status')))
+         | vllmops.cluster.status_report(hosts=ansible_play_hosts_all, head='spark-1', fleet=vllmops_fleet, api=models) }}
 """
 
 RETURN = r"""
@@ -94,17 +116,18 @@ _value:
       description: The lines joined by newlines.
       type: str
     verdict:
-      description: C(OK) or C(DEGRADED).
+      description: C(OK) or C(DEGRADED); with O(fleet) also C(DOWN) (a service with no replica answering).
       type: str
     problems:
-      description: Why it is DEGRADED, one phrase per problem; empty when OK.
+      description: Why it is DEGRADED or DOWN, one phrase per problem; empty when OK.
       type: list
       elements: str
     document:
       description:
         - The same for scripts and monitors (C(status.yml -e status_format=json)); its JSON Schema is
           C(docs/status.schema.json) (C(schema) C(vllmops.status/1)); C(extra_members) lists the machines in the
-          cluster the inventory does not name (C(address), C(seen_as) - C(ray) and/or C(peer)).
+          cluster the inventory does not name (C(address), C(seen_as) - C(ray) and/or C(peer)); with O(fleet),
+          C(services) lists each service with its replicas, their units and whether they answer.
       type: dict
 """
 
@@ -113,6 +136,9 @@ import json
 
 ROW = "%-26s %-6s %-12s %-10s %-20s %-9s %-6s %s"
 HEADER = ("NODE", "ROLE", "CLUSTER IP", "GPUS", "IMAGE, VLLM", "RAY UNIT", "IN RAY", "VLLM UNIT")
+# Several services: a line per service, an indented one per replica.
+SERVICE_ROW = "%-26s %-26s %-6s %-9s %s"
+SERVICE_HEADER = ("SERVICE, REPLICA", "MODEL, NODES", "PORT", "READY", "LAYOUT, UNITS")
 REMOVE_HINT = "remove with playbooks/remove_node.yml -e node=NAME -e node_address=ADDRESS"
 
 
@@ -146,10 +172,12 @@ def _image_problems(nodes: dict) -> list[str]:
 class _Cluster:
     """What the table needs to know about the cluster as a whole."""
 
-    def __init__(self, head, plan, ray, api):
+    def __init__(self, head, plan, ray, api, fleet=None):
         self.head = head
-        self.plan = plan or None
-        self.on_ray = self.plan is None or self.plan.get("backend") == "ray"
+        self.fleet = fleet or None
+        # Several services have no single-service plan, and run on vLLM's own executor, without Ray.
+        self.plan = (plan or None) if self.fleet is None else None
+        self.on_ray = self.fleet is None and (self.plan is None or self.plan.get("backend") == "ray")
         self.ray = ray or {}
         self.alive = _alive_addresses(self.ray)
         self.api = api or {}
@@ -160,14 +188,20 @@ class _Cluster:
 
     def role(self, host: str) -> str:
         role = "head" if host == self.head else "worker"
-        return role if self.on_ray else f"{role} {self.member(host).get('rank', '?')}"
+        return role if self.on_ray or self.fleet else f"{role} {self.member(host).get('rank', '?')}"
 
     def runs_vllm(self, host: str) -> bool:
+        if self.fleet:
+            return bool((self.fleet.get("hosts") or {}).get(host))
         return host == self.head or (not self.on_ray and bool(self.member(host).get("runs_vllm")))
 
-    def served(self) -> str:
+    def models(self) -> list[str]:
+        """The models the API lists (/v1/models), when it answers."""
         data = ((self.api.get("json") or {}).get("data") or []) if self.answers else []
-        return ", ".join(str(model.get("id")) for model in data) or "none answering"
+        return [str(model.get("id")) for model in data]
+
+    def served(self) -> str:
+        return ", ".join(self.models()) or "none answering"
 
 
 def _row(host: str, node: dict | None, cluster: _Cluster) -> tuple:
@@ -180,7 +214,11 @@ def _row(host: str, node: dict | None, cluster: _Cluster) -> tuple:
         ray_unit = units.get("ray_head" if host == cluster.head else "ray_worker", "?")
         in_ray = "yes" if address in cluster.alive else "NO"
     vllm = "-"
-    if cluster.runs_vllm(host):
+    if cluster.fleet:
+        if cluster.runs_vllm(host):
+            states = [units.get(unit, "?") for unit in cluster.fleet["hosts"][host]]
+            vllm = f"{states.count('active')}/{len(states)} active"
+    elif cluster.runs_vllm(host):
         vllm = units.get("vllm", "?")
         if host == cluster.head:
             vllm += " healthy" if cluster.answers else " not answering"
@@ -247,6 +285,8 @@ def _problems(nodes: dict, rows: list[tuple], cluster: _Cluster, extras: list[di
         if alive != len(nodes):
             problems.append(f"Ray counts {alive} alive node(s) for the {len(nodes)} of the inventory")
     problems += _extra_members_problem(extras, unreachable)
+    if cluster.fleet:
+        return problems + _image_problems(nodes)
     stopped = [host for host, node in nodes.items()
                if node is not None and cluster.runs_vllm(host) and (node.get("units") or {}).get("vllm") != "active"]
     if stopped:
@@ -361,6 +401,105 @@ def _health(health: dict | None) -> tuple[list[str], list[str]]:
     return lines, problems
 
 
+def _layout(layout: dict) -> str:
+    text = " x ".join(f"{short} {layout.get(key, 1)}" for short, key in
+                      (("TP", "tensor_parallel_size"), ("PP", "pipeline_parallel_size"), ("DP", "data_parallel_size")))
+    return text + (", EP" if layout.get("enable_expert_parallel") else "")
+
+
+def _health_text(status) -> str:
+    """What a replica's /health answered its head: None when the head itself did not answer (nothing asked)."""
+    if status is None:
+        return "?"
+    if status == 200:
+        return "healthy"
+    return "no answer" if status == -1 else f"HTTP {status}"
+
+
+def _replica(replica: dict, nodes: dict) -> dict:
+    """One replica as its hosts reported it: its units' states (None: the host did not answer) and its /health."""
+    units = [{"host": unit["host"], "unit": unit["unit"],
+              "state": ((nodes.get(unit["host"]) or {}).get("units") or {}).get(unit["unit"])} for unit in replica["units"]]
+    status = ((nodes.get(replica["head"]) or {}).get("replicas") or {}).get(replica["id"])
+    if isinstance(status, str) and status.lstrip("-").isdigit():
+        status = int(status)  # a status that went through a template as text
+    status = status if isinstance(status, int) and not isinstance(status, bool) else None
+    return {"id": replica["id"], "head": replica["head"], "nodes": list(replica["nodes"]), "port": replica["port"],
+            "units": units, "status": status, "healthy": status == 200}
+
+
+def _services(nodes: dict, cluster: _Cluster) -> list[dict]:
+    """Every service of the fleet: its replicas, how many answer /health, and whether the API lists it."""
+    listed = set(cluster.models())
+    services = []
+    for service in cluster.fleet.get("services") or []:
+        replicas = [_replica(replica, nodes) for replica in service.get("replicas") or []]
+        layout = service.get("layout") or {}
+        services.append({"name": service["name"], "model": service.get("model") or "",
+                         "layout": {key: layout.get(key, default) for key, default in
+                                    (("tensor_parallel_size", 1), ("pipeline_parallel_size", 1), ("data_parallel_size", 1),
+                                     ("data_parallel_size_local", 1), ("enable_expert_parallel", False))},
+                         "replicas": replicas, "ready": sum(replica["healthy"] for replica in replicas),
+                         "total": len(replicas), "listed": service["name"] in listed})
+    return services
+
+
+def _why(replica: dict) -> str:
+    """Why a replica does not answer, as far as the report knows: its /health and its units that are not active."""
+    asked = f"/health: {_health_text(replica['status'])}"
+    why = [f"its head {replica['head']} did not answer" if replica["status"] is None else asked]
+    why += [f"{unit['unit']} {unit['state'] or '?'}" for unit in replica["units"] if unit["state"] != "active"]
+    return f"{replica['id']} on {', '.join(replica['nodes'])} ({'; '.join(why)})"
+
+
+def _service_problems(services: list[dict], cluster: _Cluster) -> tuple[list[str], bool]:
+    """The services' problems, and whether a service is down (no replica answering)."""
+    problems, down = [], False
+    for service in services:
+        failing = [replica for replica in service["replicas"] if not replica["healthy"]]
+        if failing and service["ready"] == 0:
+            down = True
+            problems.append(f"service {service['name']} is down, no replica answers: {', '.join(map(_why, failing))}")
+        elif failing:
+            problems.append(f"service {service['name']} serves on {service['ready']} of {service['total']} replicas, "
+                            f"not answering: {', '.join(map(_why, failing))}")
+        # A replica over several nodes may answer /health from its head while a rank on another node is gone.
+        stopped = [f"{unit['unit']} on {unit['host']} ({unit['state'] or '?'})" for replica in service["replicas"]
+                   if replica["healthy"] for unit in replica["units"] if unit["state"] != "active"]
+        if stopped:
+            problems.append(f"service {service['name']}: units not active in answering replicas: {', '.join(stopped)}")
+    if not cluster.answers:
+        problems.append(f"the API on {cluster.head} does not answer /v1/models (HTTP {cluster.api.get('status', '-')}): "
+                        "clients reach no service")
+    else:
+        unlisted = [service["name"] for service in services if not service["listed"]]
+        if unlisted:
+            problems.append(f"the API on {cluster.head} does not list: {', '.join(unlisted)} (clients cannot reach them)")
+    return problems, down
+
+
+def _service_lines(services: list[dict]) -> list[str]:
+    lines = [SERVICE_ROW % SERVICE_HEADER]
+    for service in services:
+        ports = ",".join(str(port) for port in sorted({replica["port"] for replica in service["replicas"]})) or "-"
+        listed = "listed in /v1/models" if service["listed"] else "NOT listed in /v1/models"
+        lines.append(SERVICE_ROW % (service["name"], service["model"], ports, f"{service['ready']}/{service['total']}",
+                                    f"{_layout(service['layout'])}; {listed}"))
+        for replica in service["replicas"]:
+            units = ", ".join(f"{unit['unit']} {unit['state'] or '?'}" for unit in replica["units"])
+            lines.append(SERVICE_ROW % (f"  {replica['id']}", ",".join(replica["nodes"]), replica["port"],
+                                        _health_text(replica["status"]), units))
+    return lines
+
+
+def _service_document(service: dict) -> dict:
+    return {"name": service["name"], "model": service["model"], "layout": dict(service["layout"]),
+            "listed": service["listed"], "ready": service["ready"], "total": service["total"],
+            "replicas": [{"id": replica["id"], "nodes": list(replica["nodes"]), "port": replica["port"],
+                          "units": [dict(unit) for unit in replica["units"]], "healthy": replica["healthy"],
+                          "http_status": replica["status"]} for replica in service["replicas"]]}
+
+
 def _node_document(host: str, node: dict | None, row: tuple, cluster: _Cluster) -> dict:
     rank = cluster.member(host).get("rank")
     return {
@@ -377,7 +516,8 @@ def _node_document(host: str, node: dict | None, row: tuple, cluster: _Cluster) 
         "in_ray": None if node is None or not cluster.on_ray else row[6] == "yes",
         "runs_vllm": cluster.runs_vllm(host),
         "model_digest": ((node or {}).get("model") or {}).get("digest") or None,
-        "release": _release_document((node or {}).get("release")),
+        # Several services keep no release of the one service on the node.
+        "release": None if cluster.fleet else _release_document((node or {}).get("release")),
     }
 
 
@@ -390,38 +530,63 @@ def _release_document(release) -> dict | None:
 
 
 def _document(nodes: dict, rows: list[tuple], cluster: _Cluster, health: dict | None, verdict: str,
-              problems: list[str], extras: list[dict]) -> dict:
+              problems: list[str], extras: list[dict], services: list[dict] | None = None) -> dict:
     record = _record(health or {})
     watchdog = None
     if record or (health or {}).get("timer") == "active":
         watchdog = {"unit": (health or {}).get("unit") or None, "timer": (health or {}).get("timer") or None,
                     "last_check": record.get("last_check") or None, "checked_at": record.get("checked_at") or None,
                     "last_event": record.get("last_event") or None}
-    data = ((cluster.api.get("json") or {}).get("data") or []) if cluster.answers else []
     status = cluster.api.get("status")
-    return {
+    if cluster.fleet:
+        backend, plan = "mp", cluster.fleet.get("summary") or None  # every replica runs on vLLM's own executor
+    else:
+        backend = (cluster.plan or {}).get("backend") or ("ray" if cluster.on_ray else None)
+        plan = (cluster.plan or {}).get("summary") or None
+    document = {
         "schema": "vllmops.status/1",
         "verdict": verdict,
         "problems": problems,
         "head": cluster.head,
-        "backend": (cluster.plan or {}).get("backend") or ("ray" if cluster.on_ray else None),
-        "plan": (cluster.plan or {}).get("summary") or None,
+        "backend": backend,
+        "plan": plan,
         "api": {"answering": cluster.answers, "status": status if isinstance(status, int) else None,
-                "models": [str(model.get("id")) for model in data]},
+                "models": cluster.models()},
         "ray": {"alive_nodes": int(cluster.ray.get("alive_nodes") or 0), "gpus": cluster.ray.get("gpus") or 0}
         if cluster.on_ray else None,
         "nodes": [_node_document(host, node, row, cluster) for (host, node), row in zip(nodes.items(), rows, strict=True)],
         "head_watchdog": watchdog,
         "extra_members": [{"address": extra["address"], "seen_as": list(extra["seen_as"])} for extra in extras],
     }
+    if services is not None:
+        document["services"] = [_service_document(service) for service in services]
+    return document
 
 
-def status_report(nodes, head, hosts=None, plan=None, ray=None, api=None, health=None, peers=None):
+def _fleet_report(nodes: dict, rows: list[tuple], cluster: _Cluster, peers: dict | None) -> dict:
+    """Several services: the node table, a line per service and replica, and OK, DEGRADED or DOWN."""
+    services = _services(nodes, cluster)
+    extras = _extra_members(nodes, cluster, peers)
+    service_problems, down = _service_problems(services, cluster)
+    problems = _problems(nodes, rows, cluster, extras) + service_problems
+    verdict = "DOWN" if down else "DEGRADED" if problems else "OK"
+    ready = sum(service["ready"] for service in services)
+    total = sum(service["total"] for service in services)
+    lines = [ROW % HEADER, *(ROW % row for row in rows), *_service_lines(services),
+             f"served model: {cluster.served()}; {len(services)} service(s), {ready}/{total} replicas answering",
+             f"{verdict}: {'; '.join(problems)}" if problems else verdict]
+    return {"lines": lines, "text": "\n".join(lines), "verdict": verdict, "problems": problems,
+            "document": _document(nodes, rows, cluster, None, verdict, problems, extras, services)}
+
+
+def status_report(nodes, head, hosts=None, plan=None, ray=None, api=None, health=None, peers=None, fleet=None):
     nodes = dict(nodes or {})
     if hosts is not None:
         nodes = {host: nodes.get(host) for host in hosts}
-    cluster = _Cluster(head, plan, ray, api)
+    cluster = _Cluster(head, plan, ray, api, fleet)
     rows = [_row(host, node, cluster) for host, node in nodes.items()]
+    if cluster.fleet:
+        return _fleet_report(nodes, rows, cluster, peers)
     if cluster.on_ray:
         backend = f"Ray: {int(cluster.ray.get('alive_nodes') or 0)} alive node(s), {cluster.ray.get('gpus', 0)} GPU(s)"
     else:

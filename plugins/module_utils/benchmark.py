@@ -85,10 +85,15 @@ def problems(sweep: list[dict], failed: list[dict] | None = None) -> list[str]:
     return sorted(found, key=lambda text: int(text.split()[1].rstrip(":")))
 
 
+def measured(stamp: dict) -> str:
+    """What the sweep measured, in one word: the service, else the model."""
+    return str(stamp.get("service") or stamp.get("model") or "model")
+
+
 def file_stem(stamp: dict) -> str:
-    """<UTC time>-<model>: sorts by time, says what was measured."""
+    """<UTC time>-<service or model>: sorts by time, says what was measured."""
     when = re.sub(r"[^0-9T]", "", stamp["time"].split(".")[0])[:15]
-    model = re.sub(r"[^A-Za-z0-9._-]+", "_", str(stamp.get("model") or "model")).strip("_")[:60]
+    model = re.sub(r"[^A-Za-z0-9._-]+", "_", measured(stamp)).strip("_")[:60]
     return f"{when}Z-{model}"
 
 
@@ -112,9 +117,21 @@ def _change(now, before) -> str:
     return f" ({(now - before) / before * 100:+.0f} %)"
 
 
+def shape(stamp: dict) -> str:
+    """A service's replicas and parallel sizes: 2 replicas x TP 1 x PP 1 x DP 1 (EP); "" without a service."""
+    if not stamp.get("service"):
+        return ""
+    layout, count = stamp.get("layout") or {}, stamp.get("replicas")
+    return (f"{count} replica{'' if count == 1 else 's'} x TP {layout.get('tensor_parallel_size', '?')} "
+            f"x PP {layout.get('pipeline_parallel_size', '?')} x DP {layout.get('data_parallel_size', '?')}"
+            + (" (EP)" if layout.get("enable_expert_parallel") else ""))
+
+
 def _stamp_lines(stamp: dict) -> list[str]:
     gpus = stamp.get("gpus")
+    service = [f"- service: {stamp['service']}, {shape(stamp)}"] if stamp.get("service") else []
     return [
+        *service,
         f"- model: {stamp.get('model')} ({stamp.get('model_path') or '-'})",
         f"- image: {stamp.get('image')} ({str(stamp.get('image_id') or '-')[:19]}), vLLM {stamp.get('vllm_version') or '-'}",
         f"- cluster: {stamp.get('backend')} backend, {len(stamp.get('nodes') or [])} node(s) "
@@ -132,7 +149,7 @@ def markdown(document: dict, before: dict | None) -> str:
     against the previous result at the same concurrency."""
     earlier = {level["concurrency"]: level for level in (before or {}).get("rows", [])}
     titles = ["concurrency"] + [column[0] for column in COLUMNS]
-    lines = [f"# vLLM benchmark: {document['stamp'].get('model')}", "", *_stamp_lines(document["stamp"]), ""]
+    lines = [f"# vLLM benchmark: {measured(document['stamp'])}", "", *_stamp_lines(document["stamp"]), ""]
     lines += ["| " + " | ".join(titles) + " |", "|" + "---:|" * len(titles)]
     for level in document["rows"]:
         old = earlier.get(level["concurrency"], {})
@@ -144,7 +161,8 @@ def markdown(document: dict, before: dict | None) -> str:
     if before:
         lines.append(f"Changes in parentheses: against {os.path.basename(before['path'])} "
                      f"({before['stamp'].get('time')}, image {str(before['stamp'].get('image_id') or '-')[:19]}).")
-        differs = [key for key in ("image_id", "vllm_version", "serve_args", "nodes", "backend", "input_len", "output_len")
+        differs = [key for key in ("image_id", "vllm_version", "serve_args", "nodes", "backend", "replicas", "layout",
+                                   "input_len", "output_len")
                    if before["stamp"].get(key) != document["stamp"].get(key)]
         if differs:
             lines.append(f"What differs from it: {', '.join(differs)}.")
@@ -153,3 +171,13 @@ def markdown(document: dict, before: dict | None) -> str:
     if document.get("problems"):
         lines += ["", "Problems: " + "; ".join(document["problems"]) + "."]
     return "\n".join(lines) + "\n"
+
+
+def summary(document: dict) -> str:
+    """One line to set beside other services' sweeps: what was measured and its output tok/s at each concurrency."""
+    stamp, rows = document["stamp"], document["rows"]
+    what = measured(stamp) + (f" ({shape(stamp)})" if stamp.get("service") else "")
+    figures = ", ".join(f"{level['concurrency']}: {_cell(level['output_tok_s'], 1)}" for level in rows)
+    line = f"{what}: output tok/s at concurrency {figures}" if rows else f"{what}: no level measured"
+    problems = document.get("problems") or []
+    return line + (f" - {len(problems)} problem{'' if len(problems) == 1 else 's'} (see its report)" if problems else "")

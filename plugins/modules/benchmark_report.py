@@ -11,11 +11,13 @@ version_added: 0.2.0
 description:
   - Turns the result JSON of C(vllm bench serve --save-result), one per concurrency, into one row per concurrency
     (output tok/s, requests/s, TTFT and inter-token latency, median and p99) and writes three files into O(dest),
-    named C(<UTC time>Z-<model>) - C(.json) (the rows and O(stamp)), C(.md) (the table) and C(.png) (output tok/s
-    and median TTFT against concurrency).
+    named C(<UTC time>Z-<model>) (C(<UTC time>Z-<service>) when O(stamp) names a service) - C(.json) (the rows and
+    O(stamp)), C(.md) (the table) and C(.png) (output tok/s and median TTFT against concurrency).
   - The table gives, in parentheses, the change against the newest earlier result in O(dest) at the same
     concurrency (the plot draws that result dashed), and names what differs between the two (image, vLLM version,
-    flags, nodes, backend, lengths).
+    flags, nodes, backend, replicas, layout, lengths).
+  - Also returns one line (RV(summary)) with the output tok/s at each concurrency, to set several sweeps (the services
+    of one run) side by side.
   - Runs on the controller (the playbook delegates it to C(localhost)). The plot needs C(matplotlib) there; without
     it the JSON and the table are written and a warning says so.
   - Used by the C(vllmops.cluster.benchmark) role (C(playbooks/benchmark.yml)).
@@ -42,6 +44,9 @@ options:
         C(model), C(model_path), C(image), C(image_id), C(vllm_version), C(backend), C(nodes), C(gpus),
         C(tensor_parallel_size), C(pipeline_parallel_size), C(serve_args) (the arguments vLLM runs with), C(url),
         C(input_len), C(output_len), C(label).
+      - For one service of several (C(vllmops_services)) also C(service) (its name, the model name it serves),
+        C(revision), C(replicas) (how many) and C(layout) (C(tensor_parallel_size), C(pipeline_parallel_size),
+        C(data_parallel_size), C(data_parallel_size_local), C(enable_expert_parallel)); the report names the service.
     type: dict
     required: true
 author:
@@ -83,6 +88,11 @@ previous:
   description: The earlier result the table compares with; null when there is none.
   returned: always
   type: str
+summary:
+  description: One line, what was measured (the service, its replicas and layout) and its output tok/s per concurrency.
+  returned: always
+  type: str
+  sample: "chat (2 replicas x TP 1 x PP 1 x DP 1): output tok/s at concurrency 1: 41.9, 16: 508.9"
 problems:
   description: Levels whose client failed, where requests failed or where none completed.
   returned: always
@@ -114,7 +124,7 @@ def plot(rows: list[dict], stamp: dict, path: str, before: dict | None) -> None:
     levels = [level["concurrency"] for level in rows]
     earlier = sorted((before or {}).get("rows") or [], key=lambda level: level["concurrency"])
     figure, (tokens, ttft) = pyplot.subplots(1, 2, figsize=(10, 4))
-    figure.suptitle(f"{stamp.get('model')} - vLLM {stamp.get('vllm_version') or '?'}, "
+    figure.suptitle(f"{benchmark.measured(stamp)} - vLLM {stamp.get('vllm_version') or '?'}, "
                     f"{len(stamp.get('nodes') or [])} node(s), {stamp.get('backend')} - {stamp.get('time', '')[:16]}")
     for axes, key, label in ((tokens, "output_tok_s", "output tokens/s"), (ttft, "ttft_median_ms", "median TTFT (ms)")):
         axes.plot(levels, [level[key] or 0 for level in rows], marker="o", label="this run")
@@ -159,7 +169,7 @@ def main() -> None:
     document = {"schema": benchmark.SCHEMA, "stamp": stamp, "rows": rows, "problems": benchmark.problems(rows, failed)}
     before = benchmark.previous(dest, exclude=paths["json"])
     table = benchmark.markdown(document, before)
-    result = {"changed": not module.check_mode, **paths, "table": table, "rows": rows,
+    result = {"changed": not module.check_mode, **paths, "table": table, "rows": rows, "summary": benchmark.summary(document),
               "previous": before["path"] if before else None, "problems": document["problems"]}
     if not HAS_MATPLOTLIB and rows:
         module.warn(f"No plot: {missing_required_lib('matplotlib')} (on the controller)")

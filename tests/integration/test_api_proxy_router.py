@@ -2,7 +2,8 @@
 replicas, behind the one proxy - real nginx and njs from Debian 12 (unpacked, not installed), the role's
 own templates rendered by ansible-playbook (nginx -t checks them, the router script included, as
 configure.yml does), Python HTTP servers standing in for vLLM's replicas (tests/sandbox/router_fixture.py).
-Service a has two replicas, b one."""
+Service a has two replicas, b one. With api_proxy_metrics each replica's /metrics has a path of its own, which the
+metrics role's scrape configuration gives a real Prometheus (Debian's package, tests/sandbox/prometheus.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from router_fixture import Client, Nginx, Replica, certificate, free_port, nginx_binaries, proxy_vars, render
+from prometheus import Prometheus
+from router_fixture import Client, Nginx, Replica, certificate, free_port, nginx_binaries, proxy_vars, render, scrape_config
 
 KEY = "vllmops-router-test-0123456789"
 FAIL_TIMEOUT = 2  # api_proxy_fail_timeout: how long a replica that failed is left out
@@ -25,12 +27,22 @@ def proxy(tmp_path_factory):
     replicas = {name: Replica(name[0], name).start() for name in ("a-0", "a-1", "b-0")}
     services = [{"name": "a", "upstreams": [replicas["a-0"].address, replicas["a-1"].address]},
                 {"name": "b", "upstreams": [replicas["b-0"].address]}]
-    port, default_port = free_port(), free_port()
+    port, default_port, draining_port = free_port(), free_port(), free_port()
+    # As roles/fleet writes it while a-0 restarts: out of a's balanced upstream, still in the plan.
+    draining = [{"name": "a", "upstreams": [replicas["a-1"].address]}, services[1]]
+    plan = {"upstreams": {service["name"]: service["upstreams"] for service in services}}
     confs = render(tmp, {
-        "router": dict(proxy_vars(tmp / "router", port, KEY, cert, services), api_proxy_fail_timeout=FAIL_TIMEOUT),
-        "default": proxy_vars(tmp / "default", default_port, KEY, cert, upstream=replicas["b-0"].address)})
+        "router": dict(proxy_vars(tmp / "router", port, KEY, cert, services), api_proxy_fail_timeout=FAIL_TIMEOUT,
+                       api_proxy_metrics=True),
+        "router_no_metrics": proxy_vars(tmp / "router_no_metrics", port, KEY, cert, services),
+        "router_draining": dict(proxy_vars(tmp / "router_draining", draining_port, KEY, cert, draining),
+                                api_proxy_metrics=True, vllmops_fleet=plan),
+        "default": proxy_vars(tmp / "default", default_port, KEY, cert, upstream=replicas["b-0"].address),
+        "default_metrics": dict(proxy_vars(tmp / "default_metrics", default_port, KEY, cert,
+                                           upstream=replicas["b-0"].address), api_proxy_metrics=True)})
     nginx = Nginx(confs["router"], port).start()
-    yield SimpleNamespace(port=port, default_port=default_port, cert=cert[0], confs=confs, replicas=replicas)
+    yield SimpleNamespace(port=port, default_port=default_port, draining_port=draining_port, cert=cert[0], confs=confs,
+                          replicas=replicas)
     log = nginx.stop()
     for replica in replicas.values():
         replica.stop()
@@ -104,6 +116,14 @@ def test_models_lists_every_service(client):
     pytest.param("POST", "/v1/completions", "model=a", True, 400, "not JSON", id="a body not JSON"),
     pytest.param("POST", "/v1/chat/completions", {"messages": []}, True, 400, "names no model", id="no model"),
     pytest.param("POST", "/v1/completions", '["a"]', True, 400, "names no model", id="JSON but no object"),
+    pytest.param("GET", "/metrics/a/0", None, False, 401, "missing or wrong API key", id="a replica's metrics, no key"),
+    pytest.param("GET", "/metrics/b/0", None, False, 401, "missing or wrong API key", id="another replica's, no key"),
+    pytest.param("GET", "/metrics/a/2", None, True, 404, "no such replica", id="metrics of a replica index beyond"),
+    pytest.param("GET", "/metrics/c/0", None, True, 404, "no such replica", id="metrics of an unknown service"),
+    pytest.param("GET", "/metrics/a", None, True, 404, "no such replica", id="metrics of a service, no index"),
+    pytest.param("GET", "/metrics/c/0", None, False, 401, "missing or wrong API key", id="an unknown one, no key"),
+    pytest.param("GET", "/metrics", None, True, 400, "each replica's own: /metrics/SERVICE/INDEX",
+                 id="metrics naming no model"),
 ])
 def test_what_is_refused_and_why(client, method, path, body, key, status, says):
     answer_status, answer = client.request(method, path, body, key=key)
@@ -116,6 +136,72 @@ def test_a_wrong_key_is_refused(up):
     client = Client(up.port, KEY + "x", up.cert)
     assert client.request("POST", "/v1/completions", {"model": "a"})[0] == 401
     assert client.request("GET", "/v1/models")[0] == 401
+    assert client.request("GET", "/metrics/a/0")[0] == 401
+
+
+def _metrics_from(client: Client, path: str) -> str:
+    """Which replica answered path: the stand-in's /metrics names it (vllmops_standin_replica{replica=NAME})."""
+    status, body = client.request("GET", path)
+    assert status == 200, body
+    (line,) = [line for line in body.decode().splitlines() if line.startswith("vllmops_standin_replica{")]
+    return line.split('"')[1]
+
+
+def test_each_replica_has_a_metrics_path_of_its_own(client):
+    """/metrics/SERVICE/INDEX: that replica every time, never its service's balanced upstream."""
+    for path, replica in (("/metrics/a/0", "a-0"), ("/metrics/a/1", "a-1"), ("/metrics/b/0", "b-0")):
+        assert {_metrics_from(client, path) for _ in range(6)} == {replica}, path
+
+
+def test_metrics_without_a_replica_still_route_by_model(client):
+    assert _metrics_from(client, "/metrics?model=b") == "b-0"
+    assert {_metrics_from(client, "/metrics?model=a") for _ in range(10)} == {"a-0", "a-1"}
+
+
+def test_a_stopped_replica_s_metrics_fail_rather_than_come_from_another(client, up):
+    """A scraper records that replica down (502) - not its sibling's series under its name."""
+    up.replicas["a-0"].stop()
+    status, body = client.request("GET", "/metrics/a/0")
+    assert status == 502, body
+    assert _metrics_from(client, "/metrics/a/1") == "a-1"
+
+
+def test_a_replica_out_of_the_balanced_upstream_keeps_its_metrics_path(up):
+    """While roles/fleet restarts a-0 (out of a's upstream, in the plan), /metrics/a/0 is still a-0's, a/1 a-1's."""
+    with Nginx(up.confs["router_draining"], up.draining_port):
+        client = Client(up.draining_port, KEY, up.cert)
+        assert {_served_by(client, "a") for _ in range(6)} == {"a-1"}
+        assert _metrics_from(client, "/metrics/a/0") == "a-0"
+        assert _metrics_from(client, "/metrics/a/1") == "a-1"
+        assert _metrics_from(client, "/metrics/b/0") == "b-0"
+
+
+def test_prometheus_scrapes_every_replica_through_the_proxy_labelled(up, tmp_path):
+    """The metrics role's configuration for this fleet: Prometheus reaches each replica through the proxy (https,
+    its CA, the key), one target each, and the series it stores under replica=NAME are that replica's own."""
+    heads = {"a-0": "node1", "a-1": "node2", "b-0": "node1"}
+    fleet = {"services": [
+        {"name": service, "replicas": [
+            {"index": index, "id": f"{service}-{index}", "port": up.replicas[f"{service}-{index}"].port,
+             "head": heads[f"{service}-{index}"], "head_address": "127.0.0.1", "nodes": [heads[f"{service}-{index}"]]}
+            for index in range(count)]}
+        for service, count in (("a", 2), ("b", 1))]}
+    (tmp_path / "api-key").write_text(KEY)
+    (tmp_path / "api-ca.crt").write_bytes(up.cert.read_bytes())
+    config = scrape_config(tmp_path, {
+        "vllmops_cluster_name": "router-test", "metrics_scrape_interval": "1s", "vllmops_api_proxy": True,
+        "vllmops_head_host": "node1", "vllmops_fleet": fleet, "_metrics_with_ca": True,
+        "_metrics_api_host": "127.0.0.1", "_metrics_api_port": up.port, "_metrics_exporters": []})
+    with Prometheus(config) as prometheus:
+        up_series = prometheus.wait('up{job="vllm"}', count=3)
+        assert sorted((s["metric"]["service"], s["metric"]["replica"], s["metric"]["node"], s["metric"]["cluster"])
+                      for s in up_series) == [("a", "a-0", "node1", "router-test"), ("a", "a-1", "node2", "router-test"),
+                                              ("b", "b-0", "node1", "router-test")], up_series
+        assert all(s["value"][1] == "1" for s in up_series), up_series
+        # The target's replica label beside the one the replica itself exported (renamed exported_replica).
+        own = prometheus.wait("vllmops_standin_replica", count=3)
+        assert sorted((s["metric"]["replica"], s["metric"]["exported_replica"], s["metric"]["instance"]) for s in own) == [
+            (name, name, up.replicas[name].address) for name in ("a-0", "a-1", "b-0")], own
 
 
 def test_a_stopped_replica_costs_no_request(client, up):
@@ -171,6 +257,16 @@ def test_the_default_settings_render_without_njs(proxy):
     router = proxy.confs["router"].read_text()
     assert f"load_module {nginx_binaries()[1]};" in router
     assert "js_import vllmops from" in router and "upstream vllmops_vllm " not in router
+
+
+def test_per_replica_metrics_paths_come_only_with_the_router_and_api_proxy_metrics(proxy):
+    one = proxy.confs["default_metrics"].read_text()
+    assert "location = /metrics {" in one and "/metrics/" not in one
+    assert one.count("proxy_pass http://vllmops_vllm;") == 7
+    assert "/metrics" not in proxy.confs["router_no_metrics"].read_text()
+    router = proxy.confs["router"].read_text()
+    assert [line.strip() for line in router.splitlines() if line.strip().startswith("location = \"/metrics/")] == [
+        'location = "/metrics/a/0" {', 'location = "/metrics/a/1" {', 'location = "/metrics/b/0" {']
 
 
 def test_the_default_settings_still_serve_one_upstream(up):

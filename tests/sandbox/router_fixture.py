@@ -1,7 +1,8 @@
 """The API proxy run for real on this machine, without Docker: Debian 12's
 nginx and njs unpacked into a cache (never installed), the role's own
 templates rendered by ansible-playbook, nginx in the foreground, and small
-Python HTTP servers standing in for vLLM's replicas. Shared by
+Python HTTP servers standing in for vLLM's replicas; the metrics role's
+scrape configuration rendered the same way. Shared by
 tests/integration/test_api_proxy_router.py and benchmarks/router_latency_bench.py."""
 
 from __future__ import annotations
@@ -102,12 +103,26 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         replica = self.server.replica
-        if self.path == "/health":
+        path = self.path.partition("?")[0]  # as vLLM, which reads no query here (/metrics?model=NAME)
+        if path == "/health":
             self._json(200 if replica.healthy else 503, None)
-        elif self.path == "/v1/models":
+        elif path == "/v1/models":
             self._json(200, {"object": "list", "data": [{"id": replica.model, "object": "model", "owned_by": "vllm"}]})
+        elif path == "/metrics":
+            self._metrics()
         else:
             self._json(404, {"detail": "Not Found"})
+
+    def _metrics(self) -> None:
+        """Prometheus's text format, as vLLM's: a gauge of its model, and one naming this replica."""
+        replica = self.server.replica
+        data = (f'# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{{model_name="{replica.model}"}} 0.0\n'
+                f'# TYPE vllmops_standin_replica gauge\nvllmops_standin_replica{{replica="{replica.name}"}} 1\n').encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def do_POST(self) -> None:
         replica = self.server.replica
@@ -147,9 +162,9 @@ class _Server(ThreadingHTTPServer):
 
 
 class Replica:
-    """One replica's vLLM API server: /health, /v1/models (its model), POST /v1/completions and
-    /v1/chat/completions answering which replica served them (server-sent events with "stream": true;
-    503 while overloaded)."""
+    """One replica's vLLM API server: /health, /v1/models (its model), /metrics (naming the replica: the
+    gauge vllmops_standin_replica{replica=NAME}), POST /v1/completions and /v1/chat/completions answering
+    which replica served them (server-sent events with "stream": true; 503 while overloaded)."""
 
     def __init__(self, model: str, name: str, port: int | None = None, chunks: int = 5, chunk_gap: float = 0.1) -> None:
         self.model, self.name, self.port = model, name, port or free_port()
@@ -212,12 +227,33 @@ def render(directory: Path, configs: dict[str, dict]) -> dict[str, Path]:
         plays.append({"name": name, "hosts": "localhost", "connection": "local", "gather_facts": False,
                       "vars_files": [str(ROLE / "defaults/main.yml"), str(conf.parent / "vars.json")],
                       "vars": {"ansible_python_interpreter": sys.executable}, "tasks": [router, config]})
-    (directory / "render.yml").write_text(json.dumps(plays))
+    _play(directory / "render.yml", plays)
+    return {name: directory / name / "nginx.conf" for name in configs}
+
+
+def scrape_config(directory: Path, variables: dict) -> Path:
+    """roles/metrics' prometheus.yml in directory, rendered by ansible-playbook from the role's template over its
+    defaults and roles/vllmops' (variables: the rest, the task's _metrics_* included)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "vars.json").write_text(json.dumps(variables))
+    task = {"name": "Write prometheus.yml",
+            "ansible.builtin.template": {"src": str(ROOT / "roles/metrics/templates/prometheus.yml.j2"),
+                                         "dest": str(directory / "prometheus.yml"), "mode": "0644"}}
+    _play(directory / "render.yml", [{
+        "name": "prometheus.yml", "hosts": "localhost", "connection": "local", "gather_facts": False,
+        "vars_files": [str(ROOT / "roles/vllmops/defaults/main.yml"), str(ROOT / "roles/metrics/defaults/main.yml"),
+                       str(directory / "vars.json")],
+        "vars": {"ansible_python_interpreter": sys.executable}, "tasks": [task]}])
+    return directory / "prometheus.yml"
+
+
+def _play(playbook: Path, plays: list[dict]) -> None:
+    """ansible-playbook on localhost with the collection's ansible.cfg; fails the test when the run fails."""
+    playbook.write_text(json.dumps(plays))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), PATH=f"{BIN}:{os.environ['PATH']}")
-    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", str(directory / "render.yml")],
+    proc = subprocess.run([str(BIN / "ansible-playbook"), "-i", "localhost,", str(playbook)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    return {name: directory / name / "nginx.conf" for name in configs}
 
 
 def proxy_vars(directory: Path, port: int, key: str, cert: tuple[Path, Path], services: list[dict] | None = None,

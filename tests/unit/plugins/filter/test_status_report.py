@@ -6,6 +6,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 from ansible_collections.vllmops.cluster.plugins.filter.status_report import status_report
+from ansible_collections.vllmops.cluster.plugins.module_utils.fleet import make_fleet
 
 IMAGE = "sha256:0123456789abcdef0123"
 UP = {"ray_head": "inactive", "ray_worker": "inactive", "vllm": "active"}
@@ -359,3 +360,158 @@ def test_a_cluster_without_releases_yet_is_not_degraded_for_it():
              for host, reported in MP_NODES.items()}
     report = status_report(nodes, "spark-1", plan=plan("mp"), ray={"skipped": True}, api=API_OK)
     assert report["verdict"] == "OK"
+
+
+# --- several services (fleet=): a line per service and replica; OK, DEGRADED or DOWN -----------------
+# The plan as fleet_plan makes it: qwen's two replicas on one node each, coder's one replica over both nodes.
+FLEET = make_fleet(
+    [{"name": "qwen", "model": "Qwen/Qwen3-0.6B", "replicas": 2},
+     {"name": "coder", "model": "/srv/models/coder", "tensor_parallel_size": 2, "gpus": {"spark-1": [1], "spark-2": [1]}}],
+    [{"name": "spark-1", "gpus": 2, "address": "10.66.0.11"}, {"name": "spark-2", "gpus": 2, "address": "10.66.0.12"}])
+FLEET_API = {"status": 200, "json": {"data": [{"id": "qwen"}, {"id": "coder"}]}}
+
+
+def fleet_nodes(states=None, health=None):
+    """What status.yml's hosts report: each unit's state (default active) and the /health of the replicas each
+    heads (default 200)."""
+    states, health = states or {}, health or {}
+    nodes = {}
+    for host, address in (("spark-1", "10.66.0.11"), ("spark-2", "10.66.0.12")):
+        reported = node(address, units={})
+        reported["units"] = {unit: states.get(unit, "active") for unit in FLEET["hosts"][host]}
+        reported["replicas"] = {replica["id"]: health.get(replica["id"], 200) for service in FLEET["services"]
+                                for replica in service["replicas"] if replica["head"] == host}
+        nodes[host] = reported
+    return nodes
+
+
+def test_a_fleet_all_up_reads_service_by_service_and_is_ok():
+    report = status_report(fleet_nodes(), "spark-1", fleet=FLEET, api=FLEET_API, ray={"skipped": True})
+    assert report["lines"] == [
+        "NODE                       ROLE   CLUSTER IP   GPUS       IMAGE, VLLM          RAY UNIT  IN RAY VLLM UNIT",
+        "spark-1                    head   10.66.0.11   1 GB10     0123456789ab 0.11.1  -         -      2/2 active",
+        "spark-2                    worker 10.66.0.12   1 GB10     0123456789ab 0.11.1  -         -      2/2 active",
+        "SERVICE, REPLICA           MODEL, NODES               PORT   READY     LAYOUT, UNITS",
+        "qwen                       Qwen/Qwen3-0.6B            8100   2/2       TP 1 x PP 1 x DP 1; listed in /v1/models",
+        "  qwen-0                   spark-1                    8100   healthy   vllmops-vllm-qwen-0 active",
+        "  qwen-1                   spark-2                    8100   healthy   vllmops-vllm-qwen-1 active",
+        "coder                      /srv/models/coder          8101   1/1       TP 2 x PP 1 x DP 1; listed in /v1/models",
+        "  coder-0                  spark-1,spark-2            8101   healthy   vllmops-vllm-coder-0 active, vllmops-vllm-coder-0-r1 active",
+        "served model: qwen, coder; 2 service(s), 3/3 replicas answering",
+        "OK",
+    ]
+    assert (report["verdict"], report["problems"]) == ("OK", [])
+    document = report["document"]
+    jsonschema.validate(document, SCHEMA)
+    assert (document["backend"], document["ray"], document["head_watchdog"]) == ("mp", None, None)
+    assert document["plan"] == FLEET["summary"]
+    assert [(s["name"], s["ready"], s["total"], s["listed"]) for s in document["services"]] == [
+        ("qwen", 2, 2, True), ("coder", 1, 1, True)]
+    assert document["services"][1]["replicas"] == [{
+        "id": "coder-0", "nodes": ["spark-1", "spark-2"], "port": 8101, "healthy": True, "http_status": 200,
+        "units": [{"host": "spark-1", "unit": "vllmops-vllm-coder-0", "state": "active"},
+                  {"host": "spark-2", "unit": "vllmops-vllm-coder-0-r1", "state": "active"}]}]
+    assert document["services"][1]["layout"] == {"tensor_parallel_size": 2, "pipeline_parallel_size": 1, "data_parallel_size": 1,
+                                                 "data_parallel_size_local": 1, "enable_expert_parallel": False}
+    assert [n["rank"] for n in document["nodes"]] == [None, None]
+    assert [n["units"] for n in document["nodes"]][1] == {"vllmops-vllm-qwen-1": "active", "vllmops-vllm-coder-0-r1": "active"}
+
+
+@pytest.mark.parametrize(("nodes", "api", "verdict", "problems", "rows"), [
+    pytest.param(fleet_nodes({"vllmops-vllm-qwen-1": "failed"}, {"qwen-1": -1}), FLEET_API, "DEGRADED",
+                 ["service qwen serves on 1 of 2 replicas, not answering: qwen-1 on spark-2 (/health: no answer; "
+                  "vllmops-vllm-qwen-1 failed)"],
+                 ["qwen                       Qwen/Qwen3-0.6B            8100   1/2       TP 1 x PP 1 x DP 1; listed in /v1/models",
+                  "  qwen-1                   spark-2                    8100   no answer vllmops-vllm-qwen-1 failed"],
+                 id="one replica down, its service still serves: DEGRADED, naming the replica"),
+    pytest.param(fleet_nodes(health={"qwen-0": 503}), FLEET_API, "DEGRADED",
+                 ["service qwen serves on 1 of 2 replicas, not answering: qwen-0 on spark-1 (/health: HTTP 503)"],
+                 ["  qwen-0                   spark-1                    8100   HTTP 503  vllmops-vllm-qwen-0 active"],
+                 id="a unit up whose vLLM refuses /health"),
+    pytest.param(fleet_nodes({"vllmops-vllm-coder-0-r1": "failed"}, {"coder-0": 503}),
+                 {"status": 200, "json": {"data": [{"id": "qwen"}]}}, "DOWN",
+                 ["service coder is down, no replica answers: coder-0 on spark-1, spark-2 (/health: HTTP 503; "
+                  "vllmops-vllm-coder-0-r1 failed)",
+                  "the API on spark-1 does not list: coder (clients cannot reach them)"],
+                 ["coder                      /srv/models/coder          8101   0/1       TP 2 x PP 1 x DP 1; NOT listed in /v1/models",
+                  "  coder-0                  spark-1,spark-2            8101   HTTP 503  vllmops-vllm-coder-0 active, "
+                  "vllmops-vllm-coder-0-r1 failed"],
+                 id="a service with no replica answering: DOWN"),
+    pytest.param(fleet_nodes(health={"qwen-0": -1, "qwen-1": -1}), FLEET_API, "DOWN",
+                 ["service qwen is down, no replica answers: qwen-0 on spark-1 (/health: no answer), "
+                  "qwen-1 on spark-2 (/health: no answer)"],
+                 ["qwen                       Qwen/Qwen3-0.6B            8100   0/2       TP 1 x PP 1 x DP 1; listed in /v1/models"],
+                 id="every replica of a service down, the other service up: still DOWN"),
+    pytest.param({**fleet_nodes(), "spark-2": None}, FLEET_API, "DEGRADED",
+                 ["no answer from: spark-2",
+                  "service qwen serves on 1 of 2 replicas, not answering: qwen-1 on spark-2 (its head spark-2 did not answer; "
+                  "vllmops-vllm-qwen-1 ?)",
+                  "service coder: units not active in answering replicas: vllmops-vllm-coder-0-r1 on spark-2 (?)"],
+                 ["spark-2                    worker -            ?          ?                    ?         ?      host unreachable",
+                  "  qwen-1                   spark-2                    8100   ?         vllmops-vllm-qwen-1 ?"],
+                 id="a node that did not answer: its replicas unknown, counted as not answering"),
+    pytest.param(fleet_nodes({"vllmops-vllm-coder-0-r1": "activating"}), FLEET_API, "DEGRADED",
+                 ["service coder: units not active in answering replicas: vllmops-vllm-coder-0-r1 on spark-2 (activating)"],
+                 ["spark-2                    worker 10.66.0.12   1 GB10     0123456789ab 0.11.1  -         -      1/2 active"],
+                 id="a replica over two nodes answering from its head while the other node's rank is not active"),
+    pytest.param(fleet_nodes(), API_DOWN, "DEGRADED",
+                 ["the API on spark-1 does not answer /v1/models (HTTP -1): clients reach no service"],
+                 ["qwen                       Qwen/Qwen3-0.6B            8100   2/2       TP 1 x PP 1 x DP 1; NOT listed in /v1/models"],
+                 id="every replica answers but the API proxy does not"),
+])
+def test_a_fleet_degraded_or_down(nodes, api, verdict, problems, rows):
+    report = status_report(nodes, "spark-1", fleet=FLEET, api=api)
+    assert (report["verdict"], report["problems"]) == (verdict, problems)
+    assert report["lines"][-1] == f"{verdict}: {'; '.join(problems)}"
+    assert all(row in report["lines"] for row in rows), "\n".join(report["lines"])
+    document = report["document"]
+    jsonschema.validate(document, SCHEMA)
+    assert document["verdict"] == verdict
+    # The JSON counts what the table shows: a replica is ready when its /health answered 200.
+    healthy = {line.split()[0] for line in report["lines"] if line.startswith("  ") and " healthy " in line}
+    assert {r["id"] for s in document["services"] for r in s["replicas"] if r["healthy"]} == healthy
+    assert [s["ready"] for s in document["services"]] == [sum(r["healthy"] for r in s["replicas"]) for s in document["services"]]
+
+
+def test_a_fleet_node_that_did_not_answer_reads_as_unknown_in_the_json():
+    document = status_report({**fleet_nodes(), "spark-2": None}, "spark-1", fleet=FLEET, api=FLEET_API)["document"]
+    qwen_1 = document["services"][0]["replicas"][1]
+    assert (qwen_1["healthy"], qwen_1["http_status"], qwen_1["units"][0]["state"]) == (False, None, None)
+    assert document["nodes"][1]["reachable"] is False
+
+
+def test_a_fleet_layout_names_data_and_expert_parallelism():
+    moe = {**FLEET, "services": [{**FLEET["services"][1], "layout": {**FLEET["services"][1]["layout"], "tensor_parallel_size": 1,
+                                                                   "data_parallel_size": 2, "enable_expert_parallel": True}}]}
+    report = status_report(fleet_nodes(), "spark-1", fleet=moe, api=FLEET_API)
+    assert "TP 1 x PP 1 x DP 2, EP; listed in /v1/models" in report["lines"][4]
+    assert report["document"]["services"][0]["layout"]["enable_expert_parallel"] is True
+
+
+def test_a_fleet_skips_the_single_service_checks():
+    # Ray's count, the head watchdog and the releases of the one service say nothing of several services.
+    nodes = {host: dict(reported, release=released(f"r-{host}", matches=False)) for host, reported in fleet_nodes().items()}
+    report = status_report(nodes, "spark-1", fleet=FLEET, api=FLEET_API, plan=plan("ray"), ray=ray("10.66.0.11"),
+                           health=watchdog(HELD, timer="inactive"))
+    assert (report["verdict"], report["problems"]) == ("OK", [])
+    assert [n["release"] for n in report["document"]["nodes"]] == [None, None]
+    assert not any(line.startswith(("head watchdog", "release:")) for line in report["lines"])
+
+
+def test_the_single_service_report_has_no_services_and_is_never_down():
+    report = status_report(MP_NODES, "spark-1", plan=plan("mp"), api=API_DOWN, fleet=None)
+    assert "services" not in report["document"]
+    assert report["verdict"] == "DEGRADED"
+    assert not any(line.startswith("SERVICE") for line in report["lines"])
+
+
+def test_the_schema_refuses_a_broken_services_list():
+    document = status_report(fleet_nodes(), "spark-1", fleet=FLEET, api=FLEET_API)["document"]
+    service = document["services"][0]
+    replica = service["replicas"][0]
+    for broken in ({**document, "verdict": "UP"},
+                   {**document, "services": [{key: value for key, value in service.items() if key != "ready"}]},
+                   {**document, "services": [{**service, "replicas": [{**replica, "healthy": "yes"}]}]},
+                   {**document, "services": [{**service, "replicas": [{**replica, "units": [{"unit": "x", "state": "active"}]}]}]}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(broken, SCHEMA)

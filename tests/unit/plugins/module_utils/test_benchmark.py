@@ -97,3 +97,47 @@ def test_a_first_run_says_there_is_nothing_to_compare_with_and_names_its_problem
     text = benchmark.markdown({"stamp": STAMP, "rows": rows, "problems": benchmark.problems(rows)}, None)
     assert "No earlier result in this directory to compare with." in text
     assert text.rstrip().endswith("Problems: concurrency 1: 1 of 16 requests failed.")
+
+
+# One service of several (vllmops_services): the role stamps it with its name, replicas and layout.
+SERVICE = {**STAMP, "service": "chat", "model": "org/chat-model", "model_path": "/srv/models/chat", "replicas": 2,
+           "layout": {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 1,
+                      "data_parallel_size_local": 1, "enable_expert_parallel": False},
+           "tensor_parallel_size": 1, "pipeline_parallel_size": 1, "gpus": 2}
+
+
+def test_a_services_report_is_named_after_the_service_and_says_its_replicas_and_layout():
+    assert benchmark.file_stem(SERVICE) == "20261202T101500Z-chat"
+    rows = benchmark.rows(sweep((1, 27.0, 35.0)))
+    lines = benchmark.markdown({"stamp": SERVICE, "rows": rows, "problems": []}, None).splitlines()
+    assert lines[0] == "# vLLM benchmark: chat"
+    assert "- service: chat, 2 replicas x TP 1 x PP 1 x DP 1" in lines
+    assert "- model: org/chat-model (/srv/models/chat)" in lines
+    # the plan's one model keeps its report as it was
+    assert not any(line.startswith("- service:") for line in benchmark.markdown({"stamp": STAMP, "rows": rows}, None).splitlines())
+
+
+def test_a_service_compared_with_its_run_on_fewer_replicas_names_what_differs(tmp_path):
+    _write(tmp_path, {**SERVICE, "time": "2026-12-01T09:00:00Z", "replicas": 1, "gpus": 1,
+                      "layout": {**SERVICE["layout"], "enable_expert_parallel": True}},
+           benchmark.rows(sweep((16, 250.0, 100.0))))
+    rows = benchmark.rows(sweep((16, 500.0, 100.0)))
+    text = benchmark.markdown({"stamp": SERVICE, "rows": rows, "problems": []}, benchmark.previous(str(tmp_path)))
+    assert "| 16 | 500.0 (+100 %) |" in text
+    assert "What differs from it: replicas, layout." in text
+
+
+@pytest.mark.parametrize(("stamp", "levels", "problems", "line"), [
+    (SERVICE, ((1, 27.04, 35.0), (16, 500.0, 100.0)), [],
+     "chat (2 replicas x TP 1 x PP 1 x DP 1): output tok/s at concurrency 1: 27.0, 16: 500.0"),
+    ({**SERVICE, "service": "solo", "replicas": 1, "layout": {**SERVICE["layout"], "tensor_parallel_size": 2,
+                                                              "enable_expert_parallel": True}},
+     ((16, 260.0, 90.0),), ["concurrency 1: timed out"],
+     "solo (1 replica x TP 2 x PP 1 x DP 1 (EP)): output tok/s at concurrency 16: 260.0 - 1 problem (see its report)"),
+    (SERVICE, (), ["concurrency 1: timed out", "concurrency 4: timed out"],
+     "chat (2 replicas x TP 1 x PP 1 x DP 1): no level measured - 2 problems (see its report)"),
+    (STAMP, ((1, 27.0, 35.0),), [], "Qwen/Qwen3.5-122B-A10B-FP8: output tok/s at concurrency 1: 27.0"),
+])
+def test_the_summary_line_sets_a_sweep_beside_the_other_services(stamp, levels, problems, line):
+    rows = benchmark.rows(sweep(*levels))
+    assert benchmark.summary({"stamp": stamp, "rows": rows, "problems": problems}) == line
