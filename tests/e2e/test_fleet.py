@@ -81,7 +81,8 @@ def started(sandbox, node: str, unit: str) -> str:
 def fleet(sandbox):
     """The sandbox serving the fleet: node1 with two simulated GPUs, deploy.yml with vllmops_services."""
     simulate_gpus(sandbox.head, "gb10:2")
-    proc = sandbox.deploy(tags="all", extra=FLEET)
+    # The plays a move to several services changes (Docker, the toolkit, the network and the image stay as they are).
+    proc = sandbox.deploy(tags="preflight,firewall,plan,model,api_proxy,vllm_serve", extra=FLEET)
     assert proc.returncode == 0, proc.stdout[-4000:]
     return sandbox
 
