@@ -7,8 +7,9 @@ The head is vllmops_head_host or the first node of the generated hosts.yml;
 its management address is reachable from this machine. The API is the proxy's
 (https, the certificate checked against the CA the deployment published, the
 key it generated; both in vllmops_secrets_dir). Besides /health it asks
-/v1/models, one real completion and /metrics (vLLM's own series, let through
-by the sandbox's api_proxy_metrics).
+/v1/models, one real completion of every model it lists (several services:
+each one) and /metrics (vLLM's own series, let through by the sandbox's
+api_proxy_metrics).
 """
 
 from __future__ import annotations
@@ -28,10 +29,13 @@ def describe(client: ApiClient) -> str:
                 "on the head")
     parts = [f"healthy (/health {status})"]
     try:
-        model = client.json("/v1/models")["data"][0]["id"]
-        done = client.json("/v1/completions", {"model": model, "prompt": "Hello", "max_tokens": 8})
-        parts.append(f"{model} completed {done['choices'][0]['text']!r} ({done['usage']['completion_tokens']} tokens)")
-        status, text = client.request("/metrics")
+        # Every model the endpoint lists (several services: each one, routed by its name).
+        models = [entry["id"] for entry in client.json("/v1/models")["data"]]
+        for model in models:
+            done = client.json("/v1/completions", {"model": model, "prompt": "Hello", "max_tokens": 8})
+            parts.append(f"{model} completed {done['choices'][0]['text']!r} ({done['usage']['completion_tokens']} tokens)")
+        # Through the router (several services) /metrics names a model: ?model= picks one of its replicas.
+        status, text = client.request("/metrics" + (f"?model={models[0]}" if len(models) > 1 else ""))
         series = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line.startswith("vllm:")}
         parts.append(f"/metrics: {len(series)} vllm: series" if status == 200 else f"/metrics: HTTP {status}")
     except (urllib.error.URLError, OSError, KeyError, IndexError, ValueError) as err:
