@@ -19,7 +19,7 @@ are done, the sandboxes' images are built beside molecule (`make
 sandbox-images`); the sandbox gate and the ray gate run last, side by side (the
 ray gate's output is printed when it ends). The summary gives each gate's time
 against its budget (docs/development.md, "Time budget") and the total against
-2850 s, names a gate over its budget, and repeats the last lines of each failed
+3450 s, names a gate over its budget, and repeats the last lines of each failed
 gate.
 """
 
@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 # The suite's whole budget (CI stops a run at 5400 s; this leaves room to grow).
-TOTAL_BUDGET_S = 2850
+TOTAL_BUDGET_S = 3450
 # Each gate's budget in seconds: the table under "### Time budget" there (one owner: the docs).
 BUDGETS_DOC = ROOT / "docs/development.md"
 

@@ -29,9 +29,10 @@ class Load:
     """Completions for one model through the proxy from a few threads, until stopped: every answer that is not 200
     with a completion is a failed request (with the time it was sent)."""
 
-    def __init__(self, client, model: str, threads: int = 2, pause_s: float = 0.1) -> None:
+    def __init__(self, client, model: str, threads: int = 1, pause_s: float = 0.5) -> None:
         # A pause between requests: a steady stream that leaves the restarting replica CPU to start on (the sandbox's
-        # nodes share this machine's two cores with the client and the proxy).
+        # nodes share this machine's two cores with the client and the proxy: at ~20 requests/s a replica took 2 min
+        # to start instead of ~20 s).
         self.client, self.model, self.threads, self.pause_s = client, model, threads, pause_s
         self.ok, self.failed, self.stop = 0, [], threading.Event()
         self.lock = threading.Lock()
@@ -107,7 +108,7 @@ def test_both_models_answer_through_the_one_endpoint(fleet):
 def test_requests_to_the_replicated_model_reach_both_replicas(fleet):
     port = SERVICES[0].get("port") or 8100
     before = {node: replica_metric(fleet, node, port) for node in UNITS}
-    with Load(fleet.client, REPLICATED, threads=4) as load:
+    with Load(fleet.client, REPLICATED, threads=4, pause_s=0.1) as load:
         time.sleep(8)
     after = {node: replica_metric(fleet, node, port) for node in UNITS}
     assert not load.failed and load.ok >= 8
