@@ -40,7 +40,9 @@ options:
         changed since it); optionally C(release), what M(vllmops.cluster.release) says of the node - C(current),
         C(last_good), C(previous) (release IDs) and C(matches) (its files are those the current release recorded).
       - With O(fleet), C(units) maps each unit of the services the host runs to its state (C(systemctl is-active)),
-        and C(replicas) maps each replica the host heads to the HTTP status its C(/health) answered the host
+        and C(replicas) maps each replica the host heads to the HTTP status its C(/health) answered the host;
+        C(watchdogs) has the parallel lists C(ids), C(units), C(timers) and C(records) of the watchdogs of those
+        replicas (their IDs, unit names, C(systemctl is-active) of their timers, their JSON records)
         (-1 when nothing answered).
     type: dict
     required: true
@@ -425,7 +427,23 @@ def _replica(replica: dict, nodes: dict) -> dict:
         status = int(status)  # a status that went through a template as text
     status = status if isinstance(status, int) and not isinstance(status, bool) else None
     return {"id": replica["id"], "head": replica["head"], "nodes": list(replica["nodes"]), "port": replica["port"],
-            "units": units, "status": status, "healthy": status == 200}
+            "units": units, "status": status, "healthy": status == 200,
+            "watchdog": _watchdogs((nodes.get(replica["head"]) or {}).get("watchdogs")).get(replica["id"])}
+
+
+def _watchdogs(found) -> dict:
+    """Replica ID -> its watchdog (unit, timer state, record, and the lines and problems _health makes of them), from
+    the parallel lists its head reported."""
+    if not isinstance(found, dict):
+        return {}
+    watchdogs = {}
+    for replica_id, unit, timer, record in zip(*(found.get(key) or [] for key in ("ids", "units", "timers", "records"))):
+        lines, problems = _health({"unit": unit, "timer": timer, "record": record})
+        record = _record({"record": record})
+        watchdogs[replica_id] = {"unit": unit, "timer": timer, "checked_at": record.get("checked_at"),
+                                 "last_check": record.get("last_check"), "last_event": record.get("last_event"),
+                                 "lines": lines or [f"watchdog {unit}: timer {timer}; no check yet"], "problems": problems}
+    return watchdogs
 
 
 def _services(nodes: dict, cluster: _Cluster) -> list[dict]:
@@ -468,6 +486,8 @@ def _service_problems(services: list[dict], cluster: _Cluster) -> tuple[list[str
                    if replica["healthy"] for unit in replica["units"] if unit["state"] != "active"]
         if stopped:
             problems.append(f"service {service['name']}: units not active in answering replicas: {', '.join(stopped)}")
+        problems += [f"replica {replica['id']}: {problem.replace('the head watchdog', 'its watchdog')}"
+                     for replica in service["replicas"] for problem in (replica["watchdog"] or {}).get("problems", [])]
     if not cluster.answers:
         problems.append(f"the API on {cluster.head} does not answer /v1/models (HTTP {cluster.api.get('status', '-')}): "
                         "clients reach no service")
@@ -489,6 +509,7 @@ def _service_lines(services: list[dict]) -> list[str]:
             units = ", ".join(f"{unit['unit']} {unit['state'] or '?'}" for unit in replica["units"])
             lines.append(SERVICE_ROW % (f"  {replica['id']}", ",".join(replica["nodes"]), replica["port"],
                                         _health_text(replica["status"]), units))
+            lines += [f"      {line}" for line in (replica["watchdog"] or {}).get("lines", [])]
     return lines
 
 
@@ -497,7 +518,14 @@ def _service_document(service: dict) -> dict:
             "listed": service["listed"], "ready": service["ready"], "total": service["total"],
             "replicas": [{"id": replica["id"], "nodes": list(replica["nodes"]), "port": replica["port"],
                           "units": [dict(unit) for unit in replica["units"]], "healthy": replica["healthy"],
-                          "http_status": replica["status"]} for replica in service["replicas"]]}
+                          "http_status": replica["status"], "watchdog": _watchdog_document(replica["watchdog"])}
+                         for replica in service["replicas"]]}
+
+
+def _watchdog_document(watchdog: dict | None) -> dict | None:
+    if not watchdog:
+        return None
+    return {key: watchdog[key] for key in ("unit", "timer", "checked_at", "last_check", "last_event")}
 
 
 def _node_document(host: str, node: dict | None, row: tuple, cluster: _Cluster) -> dict:

@@ -408,13 +408,53 @@ def test_a_fleet_all_up_reads_service_by_service_and_is_ok():
     assert [(s["name"], s["ready"], s["total"], s["listed"]) for s in document["services"]] == [
         ("qwen", 2, 2, True), ("coder", 1, 1, True)]
     assert document["services"][1]["replicas"] == [{
-        "id": "coder-0", "nodes": ["spark-1", "spark-2"], "port": 8101, "healthy": True, "http_status": 200,
+        "id": "coder-0", "nodes": ["spark-1", "spark-2"], "port": 8101, "healthy": True, "http_status": 200, "watchdog": None,
         "units": [{"host": "spark-1", "unit": "vllmops-vllm-coder-0", "state": "active"},
                   {"host": "spark-2", "unit": "vllmops-vllm-coder-0-r1", "state": "active"}]}]
     assert document["services"][1]["layout"] == {"tensor_parallel_size": 2, "pipeline_parallel_size": 1, "data_parallel_size": 1,
                                                  "data_parallel_size_local": 1, "enable_expert_parallel": False}
     assert [n["rank"] for n in document["nodes"]] == [None, None]
     assert [n["units"] for n in document["nodes"]][1] == {"vllmops-vllm-qwen-1": "active", "vllmops-vllm-coder-0-r1": "active"}
+
+
+def watched(nodes, timers=None, records=None):
+    """fleet_nodes with each replica's watchdog reported by its head: timer active and a passing check, unless told."""
+    timers, records = timers or {}, records or {}
+    ok = json.dumps({"checked_at": "2026-12-06T01:00:00Z", "last_ok_at": 1.0, "failures": 0, "restarts": [],
+                     "last_check": {"ok": True, "took": 0.4}})
+    for host, reported in nodes.items():
+        ids = list(reported["replicas"])
+        units = [f"vllmops-fleet-health-{replica}" for replica in ids]
+        reported["watchdogs"] = {"ids": ids, "units": units, "timers": [timers.get(i, "active") for i in ids],
+                                 "records": [records.get(i, ok) for i in ids]}
+    return nodes
+
+
+def test_a_fleet_replica_s_watchdog_reads_under_its_replica():
+    report = status_report(watched(fleet_nodes()), "spark-1", fleet=FLEET, api=FLEET_API)
+    assert (report["verdict"], report["problems"]) == ("OK", [])
+    at = report["lines"].index("  qwen-1                   spark-2                    8100   healthy   vllmops-vllm-qwen-1 active")
+    assert report["lines"][at + 1:at + 3] == [
+        "      head watchdog vllmops-fleet-health-qwen-1: timer active; last check 2026-12-06T01:00:00Z: ok (0.4 s)",
+        "      last event: none (no restart so far)"]
+    jsonschema.validate(report["document"], SCHEMA)
+    assert report["document"]["services"][0]["replicas"][1]["watchdog"] == {
+        "unit": "vllmops-fleet-health-qwen-1", "timer": "active", "checked_at": "2026-12-06T01:00:00Z",
+        "last_check": {"ok": True, "took": 0.4}, "last_event": None}
+
+
+def test_a_fleet_replica_whose_watchdog_stopped_or_held_is_degraded():
+    held = json.dumps({"checked_at": "2026-12-06T01:00:00Z", "failures": 3,
+                       "last_check": {"ok": False, "what": "timed out after 30 s", "health": "200"},
+                       "last_event": {"time": "2026-12-06T00:59:00Z", "saw": "3 failed checks", "did": "nothing: the limit",
+                                      "action": "held", "restarts_in_window": 3, "at": 5.0}})
+    report = status_report(watched(fleet_nodes(), timers={"qwen-0": "inactive"}, records={"coder-0": held}), "spark-1",
+                           fleet=FLEET, api=FLEET_API)
+    assert report["verdict"] == "DEGRADED"
+    assert report["problems"] == [
+        "replica qwen-0: its watchdog is not running (vllmops-fleet-health-qwen-0.timer inactive)",
+        "replica coder-0: its watchdog reached its restart limit (3 in its window) and no longer restarts vLLM"]
+    jsonschema.validate(report["document"], SCHEMA)
 
 
 @pytest.mark.parametrize(("nodes", "api", "verdict", "problems", "rows"), [
