@@ -437,7 +437,8 @@ def _watchdogs(found) -> dict:
     if not isinstance(found, dict):
         return {}
     watchdogs = {}
-    for replica_id, unit, timer, record in zip(*(found.get(key) or [] for key in ("ids", "units", "timers", "records"))):
+    lists = (found.get(key) or [] for key in ("ids", "units", "timers", "records"))
+    for replica_id, unit, timer, record in zip(*lists, strict=False):  # shorter when a read failed
         lines, problems = _health({"unit": unit, "timer": timer, "record": record})
         record = _record({"record": record})
         watchdogs[replica_id] = {"unit": unit, "timer": timer, "checked_at": record.get("checked_at"),

@@ -34,7 +34,7 @@ from ansible_collections.vllmops.cluster.plugins.module_utils.plan import PlanEr
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,47}$")
 # The layout keys of a service and their defaults (data_parallel_size_local 0: derived).
 LAYOUT = {"tensor_parallel_size": 1, "pipeline_parallel_size": 1, "data_parallel_size": 1, "data_parallel_size_local": 0}
-KEYS = ("name", "model", "revision", "image", "recipe", "args", "env", "nodes", "group", "gpus", *LAYOUT,
+KEYS = ("name", "model", "revision", "image", "recipe", "min_vllm_version", "args", "env", "nodes", "group", "gpus", *LAYOUT,
         "enable_expert_parallel", "replicas", "port")
 _RANKS = " (the fleet gives each unit its rank and each replica its head)"
 # The flags the fleet sets on a unit, each with what decides it instead: in a service's args they would be
@@ -171,7 +171,8 @@ def _service(raw, position, counts, groups, model_dir):
     path = model if model.startswith("/") else f"{model_dir.rstrip('/')}/{name}"
     return {"name": name, "where": where, "unit_suffix": re.sub(r"[._]", "-", name), "model": model,
             "repo": "" if model.startswith("/") else model, "revision": revision, "path": path, "env": env,
-            "image": raw.get("image"), "recipe": raw.get("recipe"), "args": args, "hosts": hosts,
+            "image": raw.get("image"), "recipe": raw.get("recipe"), "min_vllm_version": str(raw.get("min_vllm_version") or ""),
+            "args": args, "hosts": hosts,
             "gpus": _own_gpus(raw, where, hosts, counts), "layout": {**layout, "enable_expert_parallel": expert},
             "replicas": _count(raw, "replicas", where, 1, 1), "port": port}
 
@@ -399,7 +400,8 @@ def make_fleet(services, nodes, groups=None, model_dir="/srv/models", base_port=
         layout = service["layout"]
         planned.append({"name": service["name"], "unit_suffix": service["unit_suffix"], "model": service["model"],
                         "repo": service["repo"], "revision": service["revision"], "path": service["path"],
-                        "env": service["env"], "image": service["image"], "recipe": service["recipe"], "args": service["args"],
+                        "env": service["env"], "image": service["image"], "recipe": service["recipe"],
+                        "min_vllm_version": service["min_vllm_version"], "args": service["args"],
                         "layout": layout, "gpus_per_replica": layout["tensor_parallel_size"] * layout["pipeline_parallel_size"]
                         * layout["data_parallel_size"], "replicas": replicas})
     return {"services": planned, "hosts": hosts, "upstreams": upstreams,

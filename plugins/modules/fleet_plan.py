@@ -25,8 +25,9 @@ description:
 options:
   services:
     description:
-      - The services, as the inventory's C(vllmops_services) lists them - C(name) (the served model name), C(model),
-        and optionally C(image), C(recipe), C(args), C(nodes) or C(group), C(gpus) (host to GPU indices),
+      - The services, as the inventory's C(vllmops_services) lists them with their recipes written in
+        (M(vllmops.cluster.fleet_recipes)) - C(name) (the served model name), C(model), and optionally C(image),
+        C(recipe) (its name), C(min_vllm_version), C(args), C(nodes) or C(group), C(gpus) (host to GPU indices),
         C(tensor_parallel_size), C(pipeline_parallel_size), C(data_parallel_size), C(data_parallel_size_local),
         C(enable_expert_parallel), C(replicas) and C(port). docs/operations.md ("Several services and replicas")
         describes each.
@@ -106,7 +107,7 @@ fleet:
   contains:
     services:
       description:
-        - Per service - C(name), C(unit_suffix), C(model), C(image), C(recipe), C(args), C(layout) (the parallel
+        - Per service - C(name), C(unit_suffix), C(model), C(image), C(recipe), C(min_vllm_version), C(args), C(layout) (the parallel
           sizes), C(gpus_per_replica) and C(replicas), each with C(index), C(id), C(port), C(head), C(head_address),
           C(nodes) and C(units) (C(host), C(unit), C(node_rank), C(gpus), C(port), C(serves_http), C(flags)).
       type: list

