@@ -8,7 +8,7 @@ short_description: Several services (vllmops_services) with each service's recip
 version_added: 0.1.0
 description:
   - A service with C(recipe) (a recipe's name in this collection's C(recipes/), or a path on the controller, as
-    M(vllmops.cluster.recipe) reads it) gets what the recipe says, under what the service says itself - its model
+    P(vllmops.cluster.recipe#filter) reads it) gets what the recipe says, under what the service says itself - its model
     (C(model) and C(revision), unless the service names a model), C(args) (the service's flags override the
     recipe's, key by key whatever their spelling), C(env), the layout's C(tensor_parallel_size) and
     C(pipeline_parallel_size) (unless the service sets them), C(image) (unless the service names one) and

@@ -26,7 +26,7 @@ options:
   services:
     description:
       - The services, as the inventory's C(vllmops_services) lists them with their recipes written in
-        (M(vllmops.cluster.fleet_recipes)) - C(name) (the served model name), C(model), and optionally C(image),
+        (P(vllmops.cluster.fleet_recipes#filter)) - C(name) (the served model name), C(model), and optionally C(image),
         C(recipe) (its name), C(min_vllm_version), C(args), C(nodes) or C(group), C(gpus) (host to GPU indices),
         C(tensor_parallel_size), C(pipeline_parallel_size), C(data_parallel_size), C(data_parallel_size_local),
         C(enable_expert_parallel), C(replicas) and C(port). docs/operations.md ("Several services and replicas")
