@@ -12,6 +12,7 @@ import threading
 import time
 import urllib.error
 
+import yaml
 from conftest import PREFIX, ROOT, make
 from nodes import simulate_gpus
 
@@ -134,8 +135,19 @@ def test_a_service_whose_memory_does_not_fit_is_refused_before_any_weights_move(
     assert {key: started(fleet, *key) for key in before} == before
 
 
+def image_id(sandbox, node: str, name: str) -> str:
+    return sandbox.on(node, "docker", "image", "inspect", "--format", "{{.Id}}", name)
+
+
 def test_a_change_to_every_service_rolls_with_zero_failed_requests(fleet):
-    changed = {"vllmops_services": [{**service, "args": {**service.get("args", {}), "max_num_seqs": 32}} for service in SERVICES]}
+    # A flag for every service, and the second model moves to an image of its own: the sandbox's image with a label,
+    # built on node1 (the node that runs it) - another image ID, found there rather than pulled.
+    base = yaml.safe_load((fleet.inventory / "hosts.yml").read_text())["all"]["children"]["vllm_nodes"]["vars"]["vllmops_image"]
+    own = "vllmops-test/vllm-own:1"
+    fleet.on(NODE1, "sh", "-c", f"printf 'FROM {base}\\nLABEL io.vllmops.test=own\\n' | DOCKER_BUILDKIT=0 docker build -q -t {own} -")
+    assert image_id(fleet, NODE1, own) != image_id(fleet, NODE1, base)
+    changed = {"vllmops_services": [{**service, "args": {**service.get("args", {}), "max_num_seqs": 32},
+                                     **({"image": own} if service["name"] == OTHER else {})} for service in SERVICES]}
     before = {(node, unit): started(fleet, node, unit) for node, units in UNITS.items() for unit in units}
     with Load(fleet.client, REPLICATED) as load:
         proc = fleet.deploy(extra=changed)
@@ -147,6 +159,11 @@ def test_a_change_to_every_service_rolls_with_zero_failed_requests(fleet):
     for (node, unit), when in before.items():
         assert started(fleet, node, unit) != when, unit
         assert "--max-num-seqs 32" in fleet.unit(node, unit), unit
+    # Each unit runs its service's image, by ID.
+    for node, units in UNITS.items():
+        for unit in units:
+            wanted = image_id(fleet, node, own if unit.startswith(f"vllmops-vllm-{OTHER}-") else base)
+            assert fleet.on(node, "docker", "inspect", "--format", "{{.Image}}", unit) == wanted, unit
     # One replica at a time: each is stopped only after the one before it answered again.
     steps = [line for line in proc.stdout.splitlines() if line.startswith("TASK [vllmops.cluster.fleet : ")
              and ("Stop the replica's units" in line or "Wait until the replica answers" in line)]
