@@ -11,15 +11,13 @@ yamllint, ansible-lint (profile production), ruff, pytest (unit), pytest
 sanity on plugins/, the built collection installed and used, the docs
 (antsibull-docs, antsibull-changelog, ansible-builder create), the molecule
 scenarios, `make sandbox` run twice (the second run must change nothing) and
-tests/e2e on it, the Ray backend's stories on a second sandbox
-(tests/e2e_ray), and several services on a third (tests/e2e_fleet: `make
-sandbox-fleet` from nothing). `--only NAME` (repeatable) runs a subset. The molecule
+tests/e2e on it, and the Ray backend's stories on a second sandbox
+(tests/e2e_ray). `--only NAME` (repeatable) runs a subset. The molecule
 scenarios start in the background after `oldest`, while the gates from
 yamllint to docs run; their output is printed when they end. Once those gates
 are done, the sandboxes' images are built beside molecule (`make
-sandbox-images`); the sandbox gate and the ray gate run last, side by side, and
-the fleet gate follows the ray gate there (their output is printed when they
-end). The summary gives each gate's time
+sandbox-images`); the sandbox gate and the ray gate run last, side by side (the
+ray gate's output is printed when it ends). The summary gives each gate's time
 against its budget (docs/development.md, "Time budget") and the total against
 3450 s, names a gate over its budget, and repeats the last lines of each failed
 gate.
@@ -298,18 +296,6 @@ def gate_ray() -> int:
     return sh(argv, env=env)
 
 
-def fleet_command() -> tuple[list[str], dict]:
-    """Several services (tests/e2e_fleet) on a third sandbox of their own: `make sandbox-fleet` from nothing, the
-    stories, `make sandbox-down`."""
-    return ([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", "--durations=10", "tests/e2e_fleet"],
-            dict(os.environ, PATH=f"{BIN}:{os.environ['PATH']}"))
-
-
-def gate_fleet() -> int:
-    argv, env = fleet_command()
-    return sh(argv, env=env)
-
-
 GATES = {
     "harness": gate_harness,
     "oldest": gate_oldest,  # alone: it builds its venv (CI: on a fresh machine) and failed once beside molecule
@@ -324,7 +310,6 @@ GATES = {
     "molecule": gate_molecule,
     "sandbox": gate_sandbox,
     "ray": gate_ray,  # in the background beside sandbox: the two sandboxes side by side
-    "fleet": gate_fleet,  # in the background beside sandbox too, once ray's sandbox is gone
 }
 
 
@@ -335,50 +320,36 @@ GATES = {
 BESIDE_MOLECULE = ("yamllint", "ansible-lint", "ruff", "pytest", "integration", "sanity", "package", "docs")
 # The Ray backend's stories run on a second sandbox of their own (tests/e2e_ray), beside the sandbox gate: each
 # leaves the cores idle much of the time (waiting on vLLM, Ray, the watchdogs' windows) that the other uses.
-# The fleet's stories (tests/e2e_fleet, a third sandbox) follow the ray gate there: the sandbox gate runs ~20 minutes
-# longer than the ray gate, with the cores ~40 % idle in that time.
-BESIDE_SANDBOX = ("ray", "fleet")
+BESIDE_SANDBOX = ("ray",)
 
 
 class Background:
     """One gate's command in the background, its output kept in a file and
     printed once it ends."""
 
-    def __init__(self, argv: list[str], env: dict, after: Background | None = None) -> None:
-        later = f", once {' '.join(after.argv[-1:])} ended" if after else ""
-        print(f"$ {' '.join(argv)}  (in the background{later}; its output follows its end)", flush=True)
+    def __init__(self, argv: list[str], env: dict) -> None:
+        print(f"$ {' '.join(argv)}  (in the background; its output follows its end)", flush=True)
         fd, name = tempfile.mkstemp(prefix="vllmops-gate-", suffix=".log")
-        self.log, self.argv, self.env, self.fd = Path(name), argv, env, fd
-        self.started = self.ended = self.proc = None
-        self.running, self.stopped = threading.Event(), False
-        # Started now, or once the one before it ended; when it ended, which may be before anyone waits for it (its
-        # time in the summary).
-        threading.Thread(target=self._run, args=(after,), daemon=True).start()
+        self.log = Path(name)
+        self.started, self.ended = time.monotonic(), None
+        self.proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=fd, stderr=subprocess.STDOUT)
+        os.close(fd)
+        # When it ended, which may be before anyone waits for it (its time in the summary).
+        threading.Thread(target=self._watch, daemon=True).start()
 
-    def _run(self, after: Background | None) -> None:
-        if after is not None:
-            after.running.wait()
-            after.proc.wait()
-        if not self.stopped:
-            self.started = time.monotonic()
-            self.proc = subprocess.Popen(self.argv, cwd=ROOT, env=self.env, stdout=self.fd, stderr=subprocess.STDOUT)
-        os.close(self.fd)
-        self.running.set()
-        if self.proc is not None:
-            self.proc.wait()
+    def _watch(self) -> None:
+        self.proc.wait()
         self.ended = time.monotonic()
 
     def wait(self) -> int:
-        self.running.wait()
-        rc = self.proc.wait() if self.proc is not None else 1
+        rc = self.proc.wait()
         sys.stdout.write(self.log.read_text(errors="replace"))
         sys.stdout.flush()
         self.log.unlink()
         return rc
 
     def stop(self) -> None:
-        self.stopped = True
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait()
 
@@ -421,7 +392,7 @@ def main() -> int:
     selected = [name for name in GATES if not args.only or name in args.only]
     results, endings = [], {}
     began = time.monotonic()
-    molecule = images = ray = fleet = None
+    molecule = images = ray = None
     sys.stdout = tail = Tail(sys.stdout)
     try:
         for name in selected:
@@ -449,23 +420,17 @@ def main() -> int:
                 if "ray" in selected and not rc:
                     print("\n===== ray (started, beside sandbox: a second sandbox of its own) =====", flush=True)
                     ray = Background(*ray_command())
-                if "fleet" in selected and not rc:
-                    print("\n===== fleet (beside sandbox, after ray: a third sandbox of its own) =====", flush=True)
-                    fleet = Background(*fleet_command(), after=ray)
                 rc = rc or GATES[name]()
             elif name == "ray" and ray is not None:
                 rc = ray.wait()
                 started, ended = ray.started, ray.ended
-            elif name == "fleet" and fleet is not None:
-                rc = fleet.wait()
-                started, ended = fleet.started, fleet.ended
             else:
                 rc = GATES[name]()
             results.append((name, rc, (ended or time.monotonic()) - started))
             if rc:
                 endings[name] = tail.take()
     finally:
-        for background in (fleet, ray, images, molecule):  # the later first: none starts after the one before it stops
+        for background in (molecule, images, ray):
             if background is not None:
                 background.stop()
     for name, lines in endings.items():
@@ -477,8 +442,6 @@ def main() -> int:
         print(f"(molecule ran beside {', '.join(n for n in selected if n in BESIDE_MOLECULE)}: its time includes theirs)")
     if ray is not None:
         print("(ray ran beside sandbox: its time includes the sandbox gate's)")
-    if fleet is not None:
-        print("(fleet ran beside sandbox, after ray: its time is its own, inside the sandbox gate's)")
     failed = sum(1 for _, rc, _ in results if rc != 0)
     print(f"{len(results) - failed} passed, {failed} failed in {total:.0f} s")
     return 1 if failed else 0

@@ -34,8 +34,8 @@ def exposed(sandbox: Sandbox, node: str) -> str:
 
 
 def pytest_collection_modifyitems(items):
-    # test_fast_rerun.py first; file order otherwise.
-    items.sort(key=lambda item: item.path.name != "test_fast_rerun.py")
+    # test_fast_rerun.py first, test_fleet.py last (it turns the sandbox into the fleet); file order otherwise.
+    items.sort(key=lambda item: (item.path.name != "test_fast_rerun.py") + 2 * (item.path.name == "test_fleet.py"))
 
 
 def Poller(sandbox: Sandbox) -> HealthPoller:

@@ -1,4 +1,4 @@
-"""The converged sandbox as the end-to-end tests drive it (tests/e2e, tests/e2e_fleet): its nodes (docker exec),
+"""The converged sandbox as the end-to-end tests drive it (tests/e2e): its nodes (docker exec),
 its endpoint as a user reaches it (the proxy, the key and CA the deployment left on this machine), deploy.yml and the
 other playbooks on its inventory."""
 
