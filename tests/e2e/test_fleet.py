@@ -150,7 +150,7 @@ def test_a_change_to_every_service_rolls_with_zero_failed_requests(fleet):
     # built on node1 (the node that runs it) - another image ID, found there rather than pulled.
     base = yaml.safe_load((fleet.inventory / "hosts.yml").read_text())["all"]["children"]["vllm_nodes"]["vars"]["vllmops_image"]
     own = "vllmops-test/vllm-own:1"
-    fleet.on(NODE1, "sh", "-c", f"printf 'FROM {base}\\nLABEL io.vllmops.test=own\\n' | DOCKER_BUILDKIT=0 docker build -q -t {own} -")
+    fleet.on(NODE1, "sh", "-c", f"printf 'FROM {base}\\nLABEL io.vllmops.fleet-image=own\\n' | DOCKER_BUILDKIT=0 docker build -q -t {own} -")
     assert image_id(fleet, NODE1, own) != image_id(fleet, NODE1, base)
     changed = {**FLEET, "vllmops_services": [{**service, "args": {**service.get("args", {}), "max_num_seqs": 32},
                                      **({"image": own} if service["name"] == OTHER else {})} for service in SERVICES]}
@@ -168,7 +168,7 @@ def test_a_change_to_every_service_rolls_with_zero_failed_requests(fleet):
     # Each unit runs its service's image: the second model's container carries the own image's label, no other does.
     for node, units in UNITS.items():
         for unit in units:
-            label = fleet.on(node, "docker", "inspect", "--format", '{{index .Config.Labels "io.vllmops.test"}}', unit)
+            label = fleet.on(node, "docker", "inspect", "--format", '{{index .Config.Labels "io.vllmops.fleet-image"}}', unit)
             assert label == ("own" if unit.startswith(f"vllmops-vllm-{OTHER}-") else ""), (unit, label)
     # One replica at a time: each is stopped only after the one before it answered again.
     steps = [line for line in proc.stdout.splitlines() if line.startswith("TASK [vllmops.cluster.fleet : ")
